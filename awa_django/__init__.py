@@ -1,0 +1,26 @@
+"""awa_django: a Postgres-native background job queue for Django."""
+
+from awa_django.exceptions import (
+    AwaError,
+    Cancel,
+    InvalidJobError,
+    RetryAfter,
+    Snooze,
+    TerminalError,
+    UniqueJobConflictError,
+)
+from awa_django.registry import JobHandler, job
+
+__all__ = [
+    "AwaError",
+    "Cancel",
+    "InvalidJobError",
+    "JobHandler",
+    "RetryAfter",
+    "Snooze",
+    "TerminalError",
+    "UniqueJobConflictError",
+    "job",
+]
+
+__version__ = "0.1.0"

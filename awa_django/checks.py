@@ -1,0 +1,72 @@
+"""System checks (ids awa.E0xx errors, awa.W0xx warnings), each with a hint that names the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from awa_django.conf import DEFAULTS, awa_settings
+
+
+@register(Tags.database, Tags.compatibility)
+def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.E001: every database alias must be PostgreSQL (jobs are claimed with SKIP LOCKED)."""
+    errors: list[CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        engine = str(config.get("ENGINE", ""))
+        if not engine.endswith("postgresql") and "postgis" not in engine:
+            errors.append(
+                Error(
+                    f"database {alias!r} uses {engine!r}; awa_django supports PostgreSQL only",
+                    hint="set its ENGINE to 'django.db.backends.postgresql' (Postgres 13 or newer), "
+                    "or remove awa_django from INSTALLED_APPS",
+                    obj=alias,
+                    id="awa.E001",
+                )
+            )
+    alias = awa_settings.DATABASE_ALIAS
+    if alias not in settings.DATABASES:
+        errors.append(
+            Error(
+                f"AWA['DATABASE_ALIAS'] is {alias!r}, which is not in DATABASES",
+                hint=f"use one of {sorted(settings.DATABASES)}",
+                id="awa.E002",
+            )
+        )
+    return errors
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.W001 unknown AWA keys; awa.E003 bad numeric settings."""
+    messages: list[CheckMessage] = []
+    for key in awa_settings.unknown_keys():
+        messages.append(
+            Warning(
+                f"AWA[{key!r}] is not an awa_django setting and is ignored",
+                hint=f"known settings: {', '.join(sorted(DEFAULTS))}",
+                id="awa.W001",
+            )
+        )
+    for key in ("POLL_INTERVAL", "HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS", "SHUTDOWN_TIMEOUT"):
+        value = getattr(awa_settings, key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            messages.append(
+                Error(
+                    f"AWA[{key!r}] is {value!r}; it must be a number of seconds above 0",
+                    hint=f"set AWA[{key!r}] to e.g. {DEFAULTS[key]!r}, or remove it for the default",
+                    id="awa.E003",
+                )
+            )
+    global_max = awa_settings.GLOBAL_MAX_WORKERS
+    if global_max is not None and (isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1):
+        messages.append(
+            Error(
+                f"AWA['GLOBAL_MAX_WORKERS'] is {global_max!r}; it must be an integer of at least 1, or None",
+                hint="set it to the number of jobs one worker may run at once, or None for hard-reserved mode",
+                id="awa.E004",
+            )
+        )
+    return messages

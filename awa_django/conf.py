@@ -1,0 +1,48 @@
+"""awa_django's settings: ``settings.AWA``, read at access time (so override_settings works)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # Weighted mode when set: every queue's min_workers plus a shared overflow pool.
+    "GLOBAL_MAX_WORKERS": None,
+    # Seconds between polls when no NOTIFY arrives (LISTEN does the fast path).
+    "POLL_INTERVAL": 1.0,
+    # Seconds between heartbeats of in-flight jobs, and the age at which a heartbeat is stale.
+    "HEARTBEAT_INTERVAL": 5.0,
+    "HEARTBEAT_STALENESS": 30.0,
+    # Seconds in-flight jobs get to finish after SIGTERM/SIGINT.
+    "SHUTDOWN_TIMEOUT": 30.0,
+    # How long finished jobs are kept before the maintenance leader deletes them.
+    "COMPLETED_RETENTION": timedelta(days=1),
+    "FAILED_RETENTION": timedelta(days=7),
+    # The database alias the jobs live in (enqueue and worker).
+    "DATABASE_ALIAS": "default",
+    # Threads for plain `def` handlers.
+    "SYNC_THREADS": 10,
+    # Enqueue limits.
+    "MAX_TAGS": 32,
+    "MAX_TAG_LENGTH": 255,
+}
+
+
+class AwaSettings:
+    """Attribute access to AWA settings with defaults; unknown names are an AttributeError."""
+
+    def _user(self) -> dict[str, Any]:
+        return dict(getattr(settings, "AWA", None) or {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown awa_django setting {name!r}; known: {', '.join(sorted(DEFAULTS))}")
+        return self._user().get(name, DEFAULTS[name])
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self._user()) - set(DEFAULTS))
+
+
+awa_settings = AwaSettings()

@@ -1,0 +1,120 @@
+"""Every error awa_django raises on purpose.
+
+Each carries the offending values as attributes, and its message names the value,
+the allowed range and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AwaError(Exception):
+    """Base class of every awa_django error."""
+
+
+# --- enqueue -----------------------------------------------------------------------
+
+
+class InvalidJobError(AwaError, ValueError):
+    """A job spec failed validation; nothing was written."""
+
+    def __init__(self, field: str, value: object, message: str, *, index: int | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.index = index
+        where = f"job spec #{index}: " if index is not None else ""
+        super().__init__(f"{where}{field}={value!r}: {message}")
+
+
+class UniqueJobConflictError(AwaError):
+    """A unique job already exists in one of the states its uniqueness is enforced in."""
+
+    def __init__(self, kind: str, existing_ids: Sequence[int], unique_key: str) -> None:
+        self.kind = kind
+        self.existing_ids = list(existing_ids)
+        self.existing_id = self.existing_ids[0] if self.existing_ids else None
+        self.unique_key = unique_key
+        ids = ", ".join(str(i) for i in self.existing_ids) or "(committed concurrently, id not visible)"
+        super().__init__(
+            f"a unique job of kind {kind!r} already exists (job id {ids}); "
+            "wait for it to finish, or enqueue without unique= to allow duplicates"
+        )
+
+
+# --- capacity configuration (the concurrency rules) ---------------------------------
+
+
+class ConfigurationError(AwaError, ValueError):
+    """The worker/queue configuration breaks a concurrency rule."""
+
+
+class MinWorkersExceedGlobalError(ConfigurationError):
+    def __init__(self, sum_min_workers: int, global_max_workers: int) -> None:
+        self.sum_min_workers = sum_min_workers
+        self.global_max_workers = global_max_workers
+        super().__init__(
+            f"sum of min_workers ({sum_min_workers}) exceeds global_max_workers "
+            f"({global_max_workers}); lower some queue's min_workers or raise global_max_workers"
+        )
+
+
+class InvalidWeightError(ConfigurationError):
+    def __init__(self, queue: str, weight: object) -> None:
+        self.queue = queue
+        self.weight = weight
+        super().__init__(f"queue {queue!r}: weight {weight!r} is invalid; weight must be an integer of at least 1")
+
+
+class InvalidRateLimitError(ConfigurationError):
+    def __init__(self, queue: str, rate: object) -> None:
+        self.queue = queue
+        self.rate = rate
+        super().__init__(
+            f"queue {queue!r}: rate limit {rate!r} jobs/s is invalid; use a number above 0, or leave it unset for no limit"
+        )
+
+
+class InvalidWorkersError(ConfigurationError):
+    def __init__(self, queue: str, field: str, value: object, minimum: int) -> None:
+        self.queue = queue
+        self.field = field
+        self.value = value
+        self.minimum = minimum
+        super().__init__(f"queue {queue!r}: {field} {value!r} is invalid; it must be an integer of at least {minimum}")
+
+
+# --- handler outcomes (raised by job handlers) --------------------------------------
+
+
+class JobOutcome(AwaError):  # noqa: N818 - control flow, not an error
+    """Raised by a handler to choose its job's next state."""
+
+
+class Snooze(JobOutcome):
+    """Run again after `delay` seconds without consuming an attempt."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = float(delay)
+        super().__init__(f"snoozed for {self.delay}s")
+
+
+class RetryAfter(JobOutcome):
+    """Retry after `delay` seconds, consuming an attempt."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        self.delay = float(delay)
+        self.reason = reason
+        super().__init__(reason or f"retry after {self.delay}s")
+
+
+class Cancel(JobOutcome):
+    """Stop the job for good: it ends cancelled."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason or "cancelled by handler")
+
+
+class TerminalError(AwaError):
+    """Subclass (or raise) this for errors that retrying cannot fix: the job fails at once."""

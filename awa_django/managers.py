@@ -1,0 +1,404 @@
+"""The enqueue API: ``Job.objects.enqueue`` / ``aenqueue`` / ``enqueue_many``.
+
+Every path validates its input completely before anything is written, and writes on Django's
+own connection, so a job joins the caller's transaction: commit and it exists, roll back and it
+never did. Available jobs wake idle workers through a NOTIFY sent by a statement trigger, which
+Postgres delivers at commit, once per queue per transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import IntegrityError, connections, models, transaction
+from django.utils import timezone
+
+from awa_django.conf import awa_settings
+from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
+from awa_django.sql import statements
+
+if TYPE_CHECKING:
+    from awa_django.models import Job
+
+UNIQUE_CONSTRAINT = "awa_job_unique_key_uniq"
+ACTIVE_STATES = ("scheduled", "available", "running", "retryable")
+ALL_STATES = ("scheduled", "available", "running", "completed", "retryable", "failed", "cancelled")
+COPY_BATCH_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class UniqueOptions:
+    """What a unique job's key covers, and in which states it is enforced.
+
+    The key always covers the kind; ``by_args`` and ``by_queue`` add the args and the queue;
+    ``by_period`` (seconds or a timedelta) adds the time bucket the job is enqueued in, so one
+    job per period. ``states`` are the states in which a second job with the key is refused;
+    by default the non-terminal ones, so a finished job can be enqueued again.
+    """
+
+    by_args: bool = True
+    by_queue: bool = False
+    by_period: float | timedelta | None = None
+    states: tuple[str, ...] = ACTIVE_STATES
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A validated job, in the column order of insert_job / copy_jobs."""
+
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    args_json: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    metadata: dict[str, Any]
+    metadata_json: str
+    tags: list[str]
+    unique_key: str | None
+    unique_states: list[str] | None
+
+
+def _check_name(field: str, value: object, index: int | None) -> str:
+    from awa_django.models import NAME_MAX_LENGTH
+
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidJobError(field, value, "must be a non-empty string", index=index)
+    if len(value) > NAME_MAX_LENGTH:
+        raise InvalidJobError(
+            field, value, f"is {len(value)} characters long; the limit is {NAME_MAX_LENGTH}", index=index
+        )
+    return value
+
+
+def _check_int(field: str, value: object, low: int, high: int, index: int | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidJobError(field, value, f"must be an integer from {low} to {high}", index=index)
+    return value
+
+
+def _check_json_object(field: str, value: object, index: int | None) -> tuple[dict[str, Any], str]:
+    if value is None:
+        return {}, "{}"
+    if not isinstance(value, Mapping):
+        raise InvalidJobError(
+            field, value, f"must be a dict (JSON object), not {type(value).__name__}", index=index
+        )
+    bad_keys = [k for k in value if not isinstance(k, str)]
+    if bad_keys:
+        raise InvalidJobError(field, value, f"keys must be strings; {bad_keys[0]!r} is not", index=index)
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJobError(
+            field, value, f"is not JSON-serialisable ({exc}); pass only str, int, float, bool, None, list, dict",
+            index=index,
+        ) from None
+    if "\\u0000" in text:
+        raise InvalidJobError(field, value, "contains a NUL character, which Postgres jsonb cannot store", index=index)
+    return dict(value), text
+
+
+def _check_run_at(value: object, index: int | None) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJobError("run_at", value, "must be a datetime or None", index=index)
+    if settings.USE_TZ and timezone.is_naive(value):
+        raise InvalidJobError(
+            "run_at", value, "is naive but USE_TZ is on; pass an aware datetime (django.utils.timezone.now())",
+            index=index,
+        )
+    if not settings.USE_TZ and timezone.is_naive(value):
+        value = timezone.make_aware(value, timezone.get_default_timezone())
+    return value
+
+
+def _check_tags(value: object, index: int | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InvalidJobError("tags", value, "must be a list of strings", index=index)
+    tags = list(value)
+    limit = int(awa_settings.MAX_TAGS)
+    if len(tags) > limit:
+        raise InvalidJobError("tags", value, f"has {len(tags)} tags; the limit is {limit}", index=index)
+    max_length = int(awa_settings.MAX_TAG_LENGTH)
+    for tag in tags:
+        if not isinstance(tag, str) or not tag or len(tag) > max_length:
+            raise InvalidJobError(
+                "tags", value, f"tag {tag!r} must be a non-empty string of at most {max_length} characters",
+                index=index,
+            )
+    return tags
+
+
+def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return UniqueOptions()
+    if isinstance(value, UniqueOptions):
+        options = value
+    elif isinstance(value, Mapping):
+        unknown = set(value) - {"by_args", "by_queue", "by_period", "states"}
+        if unknown:
+            raise InvalidJobError(
+                "unique", value, f"unknown option(s) {sorted(unknown)}; use by_args, by_queue, by_period, states",
+                index=index,
+            )
+        options = UniqueOptions(
+            by_args=bool(value.get("by_args", True)),
+            by_queue=bool(value.get("by_queue", False)),
+            by_period=value.get("by_period"),
+            states=tuple(value.get("states", ACTIVE_STATES)),
+        )
+    else:
+        raise InvalidJobError("unique", value, "must be True, a dict of options or UniqueOptions", index=index)
+    period = options.by_period
+    if isinstance(period, timedelta):
+        period = period.total_seconds()
+    if period is not None and (
+        isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period) or period <= 0
+    ):
+        raise InvalidJobError("unique.by_period", options.by_period, "must be a positive number of seconds", index=index)
+    bad = [s for s in options.states if s not in ALL_STATES]
+    if bad or not options.states:
+        raise InvalidJobError(
+            "unique.states", options.states, f"must be a non-empty subset of {list(ALL_STATES)}", index=index
+        )
+    return UniqueOptions(options.by_args, options.by_queue, period, tuple(dict.fromkeys(options.states)))
+
+
+def _unique_key(options: UniqueOptions, kind: str, args_json: str, queue: str, now: datetime) -> str:
+    parts: dict[str, Any] = {"kind": kind}
+    if options.by_args:
+        parts["args"] = json.loads(args_json)  # re-parsed so that key order does not matter
+    if options.by_queue:
+        parts["queue"] = queue
+    if options.by_period is not None:
+        period = float(options.by_period)  # type: ignore[arg-type]
+        parts["period"] = math.floor(now.timestamp() / period)
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def build_row(
+    kind: object,
+    args: object = None,
+    *,
+    queue: object = "default",
+    priority: object = 2,
+    run_at: object = None,
+    max_attempts: object = 25,
+    metadata: object = None,
+    tags: object = None,
+    unique: object = None,
+    now: datetime | None = None,
+    index: int | None = None,
+) -> _Row:
+    """Validate one job spec completely; raise InvalidJobError naming the value and the rule."""
+    from awa_django.models import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
+
+    kind_s = _check_name("kind", kind, index)
+    queue_s = _check_name("queue", queue, index)
+    args_d, args_json = _check_json_object("args", args, index)
+    priority_i = _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
+    max_attempts_i = _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+    run_at_d = _check_run_at(run_at, index)
+    metadata_d, metadata_json = _check_json_object("metadata", metadata, index)
+    tags_l = _check_tags(tags, index)
+    options = _unique_options(unique, index)
+    key = states = None
+    if options is not None:
+        key = _unique_key(options, kind_s, args_json, queue_s, now or timezone.now())
+        states = list(options.states)
+    return _Row(
+        kind_s, queue_s, args_d, args_json, priority_i, max_attempts_i, run_at_d,
+        metadata_d, metadata_json, tags_l, key, states,
+    )
+
+
+_SPEC_KEYS = frozenset(
+    {"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"}
+)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Query helpers named after the job states."""
+
+    def scheduled(self) -> JobQuerySet:
+        return self.filter(state="scheduled")
+
+    def available(self) -> JobQuerySet:
+        return self.filter(state="available")
+
+    def running(self) -> JobQuerySet:
+        return self.filter(state="running")
+
+    def completed(self) -> JobQuerySet:
+        return self.filter(state="completed")
+
+    def retryable(self) -> JobQuerySet:
+        return self.filter(state="retryable")
+
+    def failed(self) -> JobQuerySet:
+        return self.filter(state="failed")
+
+    def cancelled(self) -> JobQuerySet:
+        return self.filter(state="cancelled")
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(state__in=["completed", "failed", "cancelled"])
+
+    def stale(self, older_than: timedelta) -> JobQuerySet:
+        """Running jobs whose last heartbeat is older than ``older_than``."""
+        return self.running().filter(heartbeat_at__lt=timezone.now() - older_than)
+
+
+class JobManager(models.Manager["Job"]):
+    """``Job.objects``: the enqueue API."""
+
+    def _alias(self) -> str:
+        return self.db if self._db else str(awa_settings.DATABASE_ALIAS)
+
+    def enqueue(
+        self,
+        kind: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 2,
+        run_at: datetime | None = None,
+        max_attempts: int = 25,
+        metadata: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
+    ) -> Job:
+        """Insert one job in the caller's transaction and return it.
+
+        Raises InvalidJobError before writing anything if an argument is invalid, and
+        UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
+        """
+        row = build_row(
+            kind, args, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts,
+            metadata=metadata, tags=tags, unique=unique,
+        )
+        alias = self._alias()
+        params = {
+            "kind": row.kind,
+            "queue": row.queue,
+            "args": row.args_json,
+            "priority": row.priority,
+            "max_attempts": row.max_attempts,
+            "run_at": row.run_at,
+            "metadata": row.metadata_json,
+            "tags": row.tags,
+            "unique_key": row.unique_key,
+            "unique_states": row.unique_states,
+        }
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statements["insert_job"], params)
+            inserted = cursor.fetchone()
+            if inserted is None:
+                assert row.unique_key is not None
+                cursor.execute(statements["find_unique_jobs"], {"keys": [row.unique_key]})
+                raise UniqueJobConflictError(row.kind, [r[0] for r in cursor.fetchall()], row.unique_key)
+        job_id, state, run_at_db, created_at = inserted
+        return self.model.from_db(
+            alias,
+            ["id", "kind", "queue", "args", "state", "priority", "attempt", "max_attempts", "run_at",
+             "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "created_at", "errors",
+             "metadata", "tags", "progress", "unique_key", "unique_states", "run_lease"],
+            [job_id, row.kind, row.queue, row.args, state, row.priority, 0, row.max_attempts, run_at_db,
+             None, None, None, None, created_at, [], row.metadata, row.tags, None, row.unique_key,
+             row.unique_states, 0],
+        )
+
+    async def aenqueue(
+        self,
+        kind: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 2,
+        run_at: datetime | None = None,
+        max_attempts: int = 25,
+        metadata: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
+    ) -> Job:
+        """``enqueue`` for async code (runs on Django's connection in the sync thread)."""
+        return await sync_to_async(self.enqueue)(
+            kind, args, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts,
+            metadata=metadata, tags=tags, unique=unique,
+        )
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
+        """Insert many jobs with COPY, all or nothing, in the caller's transaction; return the count.
+
+        Each spec is a dict with ``enqueue``'s parameter names. Every spec is validated first: one
+        bad spec raises InvalidJobError (naming its index) before anything is written. A unique
+        spec that collides with an existing job or with another spec in the call raises
+        UniqueJobConflictError and nothing of the call is kept.
+        """
+        now = timezone.now()
+        rows: list[tuple[Any, ...]] = []
+        keys: dict[str, tuple[str, list[str]]] = {}
+        for index, spec in enumerate(specs):
+            if not isinstance(spec, Mapping):
+                raise InvalidJobError("spec", spec, "must be a dict of enqueue() arguments", index=index)
+            unknown = set(spec) - _SPEC_KEYS
+            if unknown:
+                raise InvalidJobError(
+                    "spec", dict(spec), f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}",
+                    index=index,
+                )
+            if "kind" not in spec:
+                raise InvalidJobError("kind", None, "is required", index=index)
+            row = build_row(**spec, now=now, index=index)
+            run_at = row.run_at or now
+            state = "scheduled" if run_at > now else "available"
+            if row.unique_key is not None:
+                assert row.unique_states is not None
+                earlier = keys.get(row.unique_key)
+                if earlier is not None and state in earlier[1] and state in row.unique_states:
+                    raise UniqueJobConflictError(row.kind, [], row.unique_key)
+                keys[row.unique_key] = (state, row.unique_states)
+            rows.append(
+                (row.kind, row.queue, row.args_json, state, row.priority, 0, row.max_attempts, run_at, now,
+                 "[]", row.metadata_json, row.tags, row.unique_key, row.unique_states, 0)
+            )
+        if not rows:
+            return 0
+        alias = self._alias()
+        try:
+            connection = connections[alias]
+            with transaction.atomic(using=alias), connection.cursor() as cursor, connection.wrap_database_errors:
+                raw = cursor.cursor  # the psycopg cursor under Django's wrapper, for COPY
+                for start in range(0, len(rows), COPY_BATCH_SIZE):
+                    with raw.copy(statements["copy_jobs"]) as copy:
+                        for values in rows[start : start + COPY_BATCH_SIZE]:
+                            copy.write_row(values)
+        except IntegrityError as exc:
+            diag = getattr(exc.__cause__, "diag", None)
+            if keys and getattr(diag, "constraint_name", None) == UNIQUE_CONSTRAINT:
+                with connections[alias].cursor() as cursor:
+                    cursor.execute(statements["find_unique_jobs"], {"keys": list(keys)})
+                    found = cursor.fetchall()
+                kind = found[0][1] if found else next(iter(rows))[0]
+                raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
+            raise
+        return len(rows)
+
+    async def aenqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
+        return await sync_to_async(self.enqueue_many)(list(specs))

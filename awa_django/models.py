@@ -1,0 +1,195 @@
+"""Job, Queue and WorkerInstance: the rows awa_django keeps in the project's Postgres."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import F, Func, Q
+from django.utils import timezone
+
+from awa_django.managers import JobManager, JobQuerySet
+
+
+class JobState(models.TextChoices):
+    SCHEDULED = "scheduled", "scheduled"
+    AVAILABLE = "available", "available"
+    RUNNING = "running", "running"
+    COMPLETED = "completed", "completed"
+    RETRYABLE = "retryable", "retryable"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = 1, 4, 2
+MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_DEFAULT = 1, 1000, 25
+NAME_MAX_LENGTH = 255
+
+
+class _EqualsAny(Func):
+    """``(value = ANY(array))``: true when a column's value is in an array column."""
+
+    arg_joiner = " = ANY("
+    template = "(%(expressions)s))"
+    output_field = models.BooleanField()
+
+
+class Job(models.Model):
+    """One job. The state machine is in DESIGN.md; the hot-path indexes are partial on state."""
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=NAME_MAX_LENGTH)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, default="default")
+    args = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.AVAILABLE)
+    priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
+    attempt = models.SmallIntegerField(default=0)
+    max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
+    run_at = models.DateTimeField(default=timezone.now)
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    errors = models.JSONField(default=list, blank=True, help_text="[{error, traceback, attempt, at}, …]")
+    metadata = models.JSONField(default=dict, blank=True)
+    tags = ArrayField(models.CharField(max_length=NAME_MAX_LENGTH), default=list, blank=True)
+    progress = models.JSONField(null=True, blank=True)
+    unique_key = models.CharField(max_length=64, null=True, blank=True)
+    unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
+    run_lease = models.BigIntegerField(default=0)
+
+    objects = JobManager.from_queryset(JobQuerySet)()
+
+    class Meta:
+        db_table = "awa_job"
+        indexes = [
+            # claim_jobs: the hot path.
+            models.Index(
+                fields=["queue", "priority", "run_at", "id"],
+                condition=Q(state="available"),
+                name="awa_job_available_idx",
+            ),
+            # rescue_stale_jobs: running rows by heartbeat, and by deadline.
+            models.Index(fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"),
+            models.Index(fields=["deadline_at"], condition=Q(state="running"), name="awa_job_running_dl_idx"),
+            # promote_due_jobs: scheduled and retryable rows by run_at.
+            models.Index(
+                fields=["run_at"],
+                condition=Q(state__in=["scheduled", "retryable"]),
+                name="awa_job_pending_run_at_idx",
+            ),
+            # delete_finished_jobs (retention) and the admin's state filter on finished rows.
+            models.Index(
+                fields=["state", "finalized_at"],
+                condition=Q(state__in=["completed", "failed", "cancelled"]),
+                name="awa_job_finalized_idx",
+            ),
+        ]
+        constraints = [
+            # Unique jobs: enforced by Postgres, only while the row is in one of its unique_states.
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(unique_key__isnull=False) & Q(_EqualsAny(F("state"), F("unique_states"))),
+                name="awa_job_unique_key_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="awa_job_priority_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=MAX_ATTEMPTS_MIN, max_attempts__lte=MAX_ATTEMPTS_MAX),
+                name="awa_job_max_attempts_range",
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=0), name="awa_job_attempt_non_negative"),
+            models.CheckConstraint(condition=~Q(kind=""), name="awa_job_kind_not_empty"),
+            models.CheckConstraint(condition=~Q(queue=""), name="awa_job_queue_not_empty"),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="awa_job_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}#{self.pk} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class Queue(models.Model):
+    """Per-queue settings, edited in the admin; running workers apply changes live."""
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    max_workers = models.PositiveIntegerField(
+        default=50, help_text="Hard-reserved mode: jobs of this queue a worker runs at once."
+    )
+    min_workers = models.PositiveIntegerField(
+        default=0, help_text="Weighted mode: slots guaranteed to this queue in every worker."
+    )
+    weight = models.PositiveIntegerField(default=1, help_text="Weighted mode: share of the overflow pool.")
+    rate_limit = models.FloatField(
+        null=True, blank=True, help_text="At most this many jobs started per second; empty = unlimited."
+    )
+    rate_burst = models.PositiveIntegerField(
+        default=0, help_text="Token-bucket burst; 0 means ceil(rate_limit)."
+    )
+    paused = models.BooleanField(default=False)
+    deadline = models.DurationField(
+        null=True, blank=True, help_text="A running job of this queue is rescued after this long; empty = none."
+    )
+    priority_aging = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="An available job waiting this long moves up one priority level; empty = never.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "awa_queue"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_workers__gte=1), name="awa_queue_max_workers_positive"),
+            models.CheckConstraint(condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"),
+            models.CheckConstraint(condition=Q(weight__gte=1), name="awa_queue_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gt=0), name="awa_queue_rate_limit_positive"
+            ),
+            models.CheckConstraint(condition=Q(rate_burst__gte=0), name="awa_queue_rate_burst_non_negative"),
+            models.CheckConstraint(condition=~Q(name=""), name="awa_queue_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConcurrencyMode(models.TextChoices):
+    HARD_RESERVED = "hard_reserved", "hard-reserved"
+    WEIGHTED = "weighted", "weighted"
+
+
+class WorkerInstance(models.Model):
+    """A live worker's health snapshot, rewritten every few seconds; stale rows are removed."""
+
+    instance_id = models.UUIDField(unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    mode = models.CharField(max_length=16, choices=ConcurrencyMode.choices)
+    global_max_workers = models.PositiveIntegerField(null=True, blank=True)
+    queues = models.JSONField(
+        default=dict, blank=True, help_text="{queue: {capacity, in_flight, available, …}} at last_seen_at"
+    )
+    flags = models.JSONField(default=dict, blank=True, help_text="liveness flags: listening, leader, …")
+
+    class Meta:
+        db_table = "awa_worker_instance"
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"
+
+    def capacity(self, queue: str) -> dict[str, Any] | None:
+        entry = self.queues.get(queue)
+        return entry if isinstance(entry, dict) else None

@@ -1,0 +1,38 @@
+"""Every raw SQL statement awa_django runs, one named ``.sql`` file each.
+
+Each file's header comment states the statement's purpose, parameters, the index it relies on,
+and its locking contract. Statements use named psycopg parameters (``%(name)s``) with explicit
+casts; nothing is built by string formatting. ``statements`` maps a file's stem to its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+_DIR = Path(__file__).resolve().parent
+
+
+class _Statements(Mapping[str, str]):
+    def __init__(self) -> None:
+        self._texts = {path.stem: path.read_text(encoding="utf-8") for path in sorted(_DIR.glob("*.sql"))}
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return self._texts[name]
+        except KeyError:
+            raise KeyError(f"no SQL statement named {name!r}; known: {', '.join(self._texts)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+
+statements = _Statements()
+
+# LISTEN/NOTIFY channels: one for "jobs became available" (payload: the queue name, so Postgres
+# folds repeats into one notification per queue per transaction) and one for Queue edits.
+JOBS_CHANNEL = "awa_jobs"
+QUEUES_CHANNEL = "awa_queues"
