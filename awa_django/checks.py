@@ -61,7 +61,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     global_max = awa_settings.GLOBAL_MAX_WORKERS
-    if global_max is not None and (isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1):
+    if global_max is not None and (
+        isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1
+    ):
         messages.append(
             Error(
                 f"AWA['GLOBAL_MAX_WORKERS'] is {global_max!r}; it must be an integer of at least 1, or None",

@@ -24,6 +24,11 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE_ALIAS": "default",
     # Threads for plain `def` handlers.
     "SYNC_THREADS": 10,
+    # Connections per worker process: this pool (claims, batched writes, heartbeats, snapshots)
+    # plus one LISTEN connection and one maintenance-leader connection.
+    "POOL_SIZE": 4,
+    # LISTEN for wake-ups; turn off behind a transaction-mode pooler (the worker then polls).
+    "LISTEN": True,
     # Enqueue limits.
     "MAX_TAGS": 32,
     "MAX_TAG_LENGTH": 255,

@@ -63,7 +63,9 @@ class InvalidWeightError(ConfigurationError):
     def __init__(self, queue: str, weight: object) -> None:
         self.queue = queue
         self.weight = weight
-        super().__init__(f"queue {queue!r}: weight {weight!r} is invalid; weight must be an integer of at least 1")
+        super().__init__(
+            f"queue {queue!r}: weight {weight!r} is invalid; weight must be an integer of at least 1"
+        )
 
 
 class InvalidRateLimitError(ConfigurationError):
@@ -81,7 +83,9 @@ class InvalidWorkersError(ConfigurationError):
         self.field = field
         self.value = value
         self.minimum = minimum
-        super().__init__(f"queue {queue!r}: {field} {value!r} is invalid; it must be an integer of at least {minimum}")
+        super().__init__(
+            f"queue {queue!r}: {field} {value!r} is invalid; it must be an integer of at least {minimum}"
+        )
 
 
 # --- handler outcomes (raised by job handlers) --------------------------------------

@@ -77,6 +77,8 @@ def _check_name(field: str, value: object, index: int | None) -> str:
         raise InvalidJobError(
             field, value, f"is {len(value)} characters long; the limit is {NAME_MAX_LENGTH}", index=index
         )
+    if "\x00" in value:
+        raise InvalidJobError(field, value, "contains a NUL character; Postgres cannot store it", index=index)
     return value
 
 
@@ -100,12 +102,34 @@ def _check_json_object(field: str, value: object, index: int | None) -> tuple[di
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidJobError(
-            field, value, f"is not JSON-serialisable ({exc}); pass only str, int, float, bool, None, list, dict",
+            field,
+            value,
+            f"is not JSON-serialisable ({exc}); pass only str, int, float, bool, None, list, dict",
             index=index,
         ) from None
-    if "\\u0000" in text:
-        raise InvalidJobError(field, value, "contains a NUL character, which Postgres jsonb cannot store", index=index)
+    problem = _json_problem(value)
+    if problem:
+        raise InvalidJobError(field, value, problem, index=index)
     return dict(value), text
+
+
+def _json_problem(value: object) -> str | None:
+    """What json.dumps would silently change (a non-str key) or jsonb cannot store (NUL), if any."""
+    if isinstance(value, str):
+        return "contains a NUL character, which Postgres jsonb cannot store" if "\x00" in value else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"keys must be strings; {key!r} is not"
+            problem = _json_problem(key) or _json_problem(item)
+            if problem:
+                return problem
+    elif isinstance(value, list | tuple):
+        for item in value:
+            problem = _json_problem(item)
+            if problem:
+                return problem
+    return None
 
 
 def _check_run_at(value: object, index: int | None) -> datetime | None:
@@ -115,7 +139,9 @@ def _check_run_at(value: object, index: int | None) -> datetime | None:
         raise InvalidJobError("run_at", value, "must be a datetime or None", index=index)
     if settings.USE_TZ and timezone.is_naive(value):
         raise InvalidJobError(
-            "run_at", value, "is naive but USE_TZ is on; pass an aware datetime (django.utils.timezone.now())",
+            "run_at",
+            value,
+            "is naive but USE_TZ is on; pass an aware datetime (django.utils.timezone.now())",
             index=index,
         )
     if not settings.USE_TZ and timezone.is_naive(value):
@@ -134,9 +160,11 @@ def _check_tags(value: object, index: int | None) -> list[str]:
         raise InvalidJobError("tags", value, f"has {len(tags)} tags; the limit is {limit}", index=index)
     max_length = int(awa_settings.MAX_TAG_LENGTH)
     for tag in tags:
-        if not isinstance(tag, str) or not tag or len(tag) > max_length:
+        if not isinstance(tag, str) or not tag or len(tag) > max_length or "\x00" in tag:
             raise InvalidJobError(
-                "tags", value, f"tag {tag!r} must be a non-empty string of at most {max_length} characters",
+                "tags",
+                value,
+                f"tag {tag!r} must be a non-empty string, without NUL, of at most {max_length} characters",
                 index=index,
             )
     return tags
@@ -153,24 +181,41 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
         unknown = set(value) - {"by_args", "by_queue", "by_period", "states"}
         if unknown:
             raise InvalidJobError(
-                "unique", value, f"unknown option(s) {sorted(unknown)}; use by_args, by_queue, by_period, states",
+                "unique",
+                value,
+                f"unknown option(s) {sorted(unknown)}; use by_args, by_queue, by_period, states",
                 index=index,
             )
+        for flag in ("by_args", "by_queue"):
+            if flag in value and not isinstance(value[flag], bool):
+                raise InvalidJobError(f"unique.{flag}", value[flag], "must be True or False", index=index)
+        states = value.get("states", ACTIVE_STATES)
+        if isinstance(states, str) or not isinstance(states, Iterable):
+            raise InvalidJobError(
+                "unique.states", states, f"must be a non-empty subset of {list(ALL_STATES)}", index=index
+            )
         options = UniqueOptions(
-            by_args=bool(value.get("by_args", True)),
-            by_queue=bool(value.get("by_queue", False)),
+            by_args=value.get("by_args", True),
+            by_queue=value.get("by_queue", False),
             by_period=value.get("by_period"),
-            states=tuple(value.get("states", ACTIVE_STATES)),
+            states=tuple(states),
         )
     else:
-        raise InvalidJobError("unique", value, "must be True, a dict of options or UniqueOptions", index=index)
+        raise InvalidJobError(
+            "unique", value, "must be True, a dict of options or UniqueOptions", index=index
+        )
     period = options.by_period
     if isinstance(period, timedelta):
         period = period.total_seconds()
     if period is not None and (
-        isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period) or period <= 0
+        isinstance(period, bool)
+        or not isinstance(period, int | float)
+        or not math.isfinite(period)
+        or period <= 0
     ):
-        raise InvalidJobError("unique.by_period", options.by_period, "must be a positive number of seconds", index=index)
+        raise InvalidJobError(
+            "unique.by_period", options.by_period, "must be a positive number of seconds", index=index
+        )
     bad = [s for s in options.states if s not in ALL_STATES]
     if bad or not options.states:
         raise InvalidJobError(
@@ -223,8 +268,18 @@ def build_row(
         key = _unique_key(options, kind_s, args_json, queue_s, now or timezone.now())
         states = list(options.states)
     return _Row(
-        kind_s, queue_s, args_d, args_json, priority_i, max_attempts_i, run_at_d,
-        metadata_d, metadata_json, tags_l, key, states,
+        kind_s,
+        queue_s,
+        args_d,
+        args_json,
+        priority_i,
+        max_attempts_i,
+        run_at_d,
+        metadata_d,
+        metadata_json,
+        tags_l,
+        key,
+        states,
     )
 
 
@@ -290,8 +345,15 @@ class JobManager(models.Manager["Job"]):
         UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
         """
         row = build_row(
-            kind, args, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts,
-            metadata=metadata, tags=tags, unique=unique,
+            kind,
+            args,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            metadata=metadata,
+            tags=tags,
+            unique=unique,
         )
         alias = self._alias()
         params = {
@@ -316,12 +378,52 @@ class JobManager(models.Manager["Job"]):
         job_id, state, run_at_db, created_at = inserted
         return self.model.from_db(
             alias,
-            ["id", "kind", "queue", "args", "state", "priority", "attempt", "max_attempts", "run_at",
-             "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "created_at", "errors",
-             "metadata", "tags", "progress", "unique_key", "unique_states", "run_lease"],
-            [job_id, row.kind, row.queue, row.args, state, row.priority, 0, row.max_attempts, run_at_db,
-             None, None, None, None, created_at, [], row.metadata, row.tags, None, row.unique_key,
-             row.unique_states, 0],
+            [
+                "id",
+                "kind",
+                "queue",
+                "args",
+                "state",
+                "priority",
+                "attempt",
+                "max_attempts",
+                "run_at",
+                "attempted_at",
+                "heartbeat_at",
+                "deadline_at",
+                "finalized_at",
+                "created_at",
+                "errors",
+                "metadata",
+                "tags",
+                "progress",
+                "unique_key",
+                "unique_states",
+                "run_lease",
+            ],
+            [
+                job_id,
+                row.kind,
+                row.queue,
+                row.args,
+                state,
+                row.priority,
+                0,
+                row.max_attempts,
+                run_at_db,
+                None,
+                None,
+                None,
+                None,
+                created_at,
+                [],
+                row.metadata,
+                row.tags,
+                None,
+                row.unique_key,
+                row.unique_states,
+                0,
+            ],
         )
 
     async def aenqueue(
@@ -339,8 +441,15 @@ class JobManager(models.Manager["Job"]):
     ) -> Job:
         """``enqueue`` for async code (runs on Django's connection in the sync thread)."""
         return await sync_to_async(self.enqueue)(
-            kind, args, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts,
-            metadata=metadata, tags=tags, unique=unique,
+            kind,
+            args,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            metadata=metadata,
+            tags=tags,
+            unique=unique,
         )
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
@@ -354,13 +463,16 @@ class JobManager(models.Manager["Job"]):
         now = timezone.now()
         rows: list[tuple[Any, ...]] = []
         keys: dict[str, tuple[str, list[str]]] = {}
+        indexed: set[str] = set()  # unique keys of this call's rows that the partial unique index covers
         for index, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
                 raise InvalidJobError("spec", spec, "must be a dict of enqueue() arguments", index=index)
             unknown = set(spec) - _SPEC_KEYS
             if unknown:
                 raise InvalidJobError(
-                    "spec", dict(spec), f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}",
+                    "spec",
+                    dict(spec),
+                    f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}",
                     index=index,
                 )
             if "kind" not in spec:
@@ -370,20 +482,40 @@ class JobManager(models.Manager["Job"]):
             state = "scheduled" if run_at > now else "available"
             if row.unique_key is not None:
                 assert row.unique_states is not None
-                earlier = keys.get(row.unique_key)
-                if earlier is not None and state in earlier[1] and state in row.unique_states:
-                    raise UniqueJobConflictError(row.kind, [], row.unique_key)
+                if state in row.unique_states:
+                    if row.unique_key in indexed:
+                        raise UniqueJobConflictError(row.kind, [], row.unique_key)
+                    indexed.add(row.unique_key)
                 keys[row.unique_key] = (state, row.unique_states)
             rows.append(
-                (row.kind, row.queue, row.args_json, state, row.priority, 0, row.max_attempts, run_at, now,
-                 "[]", row.metadata_json, row.tags, row.unique_key, row.unique_states, 0)
+                (
+                    row.kind,
+                    row.queue,
+                    row.args_json,
+                    state,
+                    row.priority,
+                    0,
+                    row.max_attempts,
+                    run_at,
+                    now,
+                    "[]",
+                    row.metadata_json,
+                    row.tags,
+                    row.unique_key,
+                    row.unique_states,
+                    0,
+                )
             )
         if not rows:
             return 0
         alias = self._alias()
         try:
             connection = connections[alias]
-            with transaction.atomic(using=alias), connection.cursor() as cursor, connection.wrap_database_errors:
+            with (
+                transaction.atomic(using=alias),
+                connection.cursor() as cursor,
+                connection.wrap_database_errors,
+            ):
                 raw = cursor.cursor  # the psycopg cursor under Django's wrapper, for COPY
                 for start in range(0, len(rows), COPY_BATCH_SIZE):
                     with raw.copy(statements["copy_jobs"]) as copy:
@@ -396,7 +528,9 @@ class JobManager(models.Manager["Job"]):
                     cursor.execute(statements["find_unique_jobs"], {"keys": list(keys)})
                     found = cursor.fetchall()
                 kind = found[0][1] if found else next(iter(rows))[0]
-                raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
+                raise UniqueJobConflictError(
+                    kind, [r[0] for r in found], found[0][2] if found else ""
+                ) from None
             raise
         return len(rows)
 

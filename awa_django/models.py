@@ -58,7 +58,7 @@ class Job(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     tags = ArrayField(models.CharField(max_length=NAME_MAX_LENGTH), default=list, blank=True)
     progress = models.JSONField(null=True, blank=True)
-    unique_key = models.CharField(max_length=64, null=True, blank=True)
+    unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = not unique
     unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
     run_lease = models.BigIntegerField(default=0)
 
@@ -74,7 +74,9 @@ class Job(models.Model):
                 name="awa_job_available_idx",
             ),
             # rescue_stale_jobs: running rows by heartbeat, and by deadline.
-            models.Index(fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"),
+            models.Index(
+                fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"
+            ),
             models.Index(fields=["deadline_at"], condition=Q(state="running"), name="awa_job_running_dl_idx"),
             # promote_due_jobs: scheduled and retryable rows by run_at.
             models.Index(
@@ -97,7 +99,8 @@ class Job(models.Model):
                 name="awa_job_unique_key_uniq",
             ),
             models.CheckConstraint(
-                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="awa_job_priority_range"
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="awa_job_priority_range",
             ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=MAX_ATTEMPTS_MIN, max_attempts__lte=MAX_ATTEMPTS_MAX),
@@ -136,7 +139,9 @@ class Queue(models.Model):
     )
     paused = models.BooleanField(default=False)
     deadline = models.DurationField(
-        null=True, blank=True, help_text="A running job of this queue is rescued after this long; empty = none."
+        null=True,
+        blank=True,
+        help_text="A running job of this queue is rescued after this long; empty = none.",
     )
     priority_aging = models.DurationField(
         null=True,
@@ -150,10 +155,13 @@ class Queue(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(max_workers__gte=1), name="awa_queue_max_workers_positive"),
-            models.CheckConstraint(condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"),
+            models.CheckConstraint(
+                condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"
+            ),
             models.CheckConstraint(condition=Q(weight__gte=1), name="awa_queue_weight_positive"),
             models.CheckConstraint(
-                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gt=0), name="awa_queue_rate_limit_positive"
+                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gt=0),
+                name="awa_queue_rate_limit_positive",
             ),
             models.CheckConstraint(condition=Q(rate_burst__gte=0), name="awa_queue_rate_burst_non_negative"),
             models.CheckConstraint(condition=~Q(name=""), name="awa_queue_name_not_empty"),

@@ -109,8 +109,14 @@ def job(
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
         return registry.register(
-            JobHandler(kind, func, queue=queue, max_attempts=max_attempts, priority=priority,
-                       takes_context=takes_context)
+            JobHandler(
+                kind,
+                func,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+                takes_context=takes_context,
+            )
         )
 
     return decorator

@@ -18,11 +18,11 @@ async def sleep(seconds: float = 1.0) -> None:
     await asyncio.sleep(float(seconds))
 
 
-class DemoFailure(RuntimeError):
+class DemoFailureError(RuntimeError):
     pass
 
 
 @job("fail", max_attempts=3)
 async def fail(message: str = "the demo job failed on purpose") -> None:
     """Always raises, so its retries and final failure can be watched."""
-    raise DemoFailure(message)
+    raise DemoFailureError(message)

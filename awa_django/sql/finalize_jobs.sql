@@ -1,0 +1,23 @@
+-- finalize_jobs: write a batch of non-completed outcomes (retryable, scheduled, failed, cancelled).
+-- Parameters, one array element per job: ids (bigint[]), leases (bigint[]), states (text[]),
+--   delays (float8[] seconds from now for run_at, NULL keeps run_at), errors (jsonb[], NULL adds no
+--   entry), refunds (int[]: 1 gives the attempt back, as a snooze does), progress (jsonb[], NULL
+--   keeps the stored value).
+-- Guard: (id, state = 'running', run_lease) as in complete_jobs. Terminal states set finalized_at.
+UPDATE awa_job AS j
+SET state = d.state,
+    run_at = CASE WHEN d.delay IS NULL THEN j.run_at ELSE now() + d.delay * interval '1 second' END,
+    errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
+    attempt = j.attempt - d.refund,
+    progress = COALESCE(d.progress, j.progress),
+    finalized_at = CASE WHEN d.state IN ('completed', 'failed', 'cancelled') THEN now() END,
+    heartbeat_at = NULL,
+    deadline_at = NULL
+FROM unnest(
+    %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::varchar[], %(delays)s::float8[],
+    %(errors)s::jsonb[], %(refunds)s::int[], %(progress)s::jsonb[]
+) AS d(id, lease, state, delay, error, refund, progress)
+WHERE j.id = d.id
+  AND j.state = 'running'
+  AND j.run_lease = d.lease
+RETURNING j.id

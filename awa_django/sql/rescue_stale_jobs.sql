@@ -1,0 +1,33 @@
+-- rescue_stale_jobs: hand back running jobs whose worker went silent (stale heartbeat) or whose
+-- deadline passed: retryable and due now, or failed when the attempt was the last one; an error
+-- entry records why. Run by the maintenance leader only.
+-- Parameters: staleness (interval), limit (int).
+-- Index: awa_job_running_hb_idx and awa_job_running_dl_idx (partial, state = 'running').
+-- Locking: SKIP LOCKED, so a worker finalising the same row right now wins, and the rescue skips it.
+-- Bumping run_lease makes any late write by the old worker miss its guard.
+WITH stale AS (
+    SELECT id
+    FROM awa_job
+    WHERE state = 'running'
+      AND (heartbeat_at < now() - %(staleness)s::interval OR deadline_at < now())
+    ORDER BY id
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa_job AS j
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
+    run_at = now(),
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    run_lease = j.run_lease + 1,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'error', CASE WHEN j.deadline_at < now()
+                      THEN 'deadline exceeded: the job ran past its queue''s deadline'
+                      ELSE 'rescued: the worker stopped heartbeating (crashed or lost its connection)' END,
+        'attempt', j.attempt,
+        'at', now()
+    )),
+    heartbeat_at = NULL,
+    deadline_at = NULL
+FROM stale
+WHERE j.id = stale.id
+RETURNING j.id, j.state

@@ -1,0 +1,143 @@
+"""The worker's configuration: settings, then command-line overrides, then ``Queue`` rows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from awa_django.concurrency import validate_capacity
+from awa_django.conf import awa_settings
+from awa_django.exceptions import ConfigurationError
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """One queue's settings as the worker uses them (a ``Queue`` row, or the defaults)."""
+
+    name: str
+    max_workers: int = 50
+    min_workers: int = 0
+    weight: int = 1
+    rate_limit: float | None = None
+    rate_burst: int = 0
+    paused: bool = False
+    deadline: float | None = None  # seconds
+    priority_aging: float | None = None  # seconds
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueConfig:
+        return cls(
+            name=row["name"],
+            max_workers=row["max_workers"],
+            min_workers=row["min_workers"],
+            weight=row["weight"],
+            rate_limit=row["rate_limit"],
+            rate_burst=row["rate_burst"],
+            paused=row["paused"],
+            deadline=row["deadline_seconds"],
+            priority_aging=row["priority_aging_seconds"],
+        )
+
+
+def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} is {value!r}; it must be a number of seconds")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name} is {value!r}; it must be above 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a ``Worker`` needs; built and validated before the event loop starts."""
+
+    queues: dict[str, QueueConfig]
+    global_max_workers: int | None = None
+    poll_interval: float = 1.0
+    heartbeat_interval: float = 5.0
+    heartbeat_staleness: float = 30.0
+    shutdown_timeout: float = 30.0
+    completed_retention: float = 86400.0
+    failed_retention: float = 7 * 86400.0
+    maintenance_interval: float = 0.5
+    reconfigure_interval: float = 1.0
+    sync_threads: int = 10
+    pool_size: int = 4
+    listen: bool = True
+    database_alias: str = "default"
+    # Queues named on the command line: the worker then serves only those, and ignores new
+    # Queue rows; otherwise a new Queue row gets a dispatcher when it appears.
+    fixed_queues: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigurationError("no queues to serve; pass -q NAME, create a Queue, or register a @job")
+        validate_capacity(self.global_max_workers, self.queues)
+        for name in (
+            "poll_interval",
+            "heartbeat_interval",
+            "heartbeat_staleness",
+            "maintenance_interval",
+            "reconfigure_interval",
+        ):
+            _seconds(name, getattr(self, name))
+        _seconds("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        if self.heartbeat_staleness <= self.heartbeat_interval:
+            raise ConfigurationError(
+                f"heartbeat_staleness ({self.heartbeat_staleness}s) must exceed heartbeat_interval "
+                f"({self.heartbeat_interval}s), or live jobs would be rescued; raise HEARTBEAT_STALENESS"
+            )
+
+    @property
+    def mode(self) -> str:
+        return "hard_reserved" if self.global_max_workers is None else "weighted"
+
+    def with_queues(self, queues: dict[str, QueueConfig]) -> WorkerConfig:
+        return replace(self, queues=queues)
+
+
+def build_config(
+    *,
+    queue_rows: Iterable[Mapping[str, Any]],
+    handler_queues: Iterable[str],
+    queues: Iterable[str] | None = None,
+    **overrides: Any,
+) -> WorkerConfig:
+    """Settings (``AWA``) give the defaults; ``overrides`` (the command line) win over them.
+
+    ``queues``: the queues named on the command line; None means every ``Queue`` row plus every
+    queue a registered handler names. Raises ConfigurationError naming the bad value.
+    """
+    rows = {row["name"]: QueueConfig.from_row(row) for row in queue_rows}
+    names = list(dict.fromkeys(queues)) if queues else sorted(set(rows) | set(handler_queues))
+    values: dict[str, Any] = {
+        "global_max_workers": awa_settings.GLOBAL_MAX_WORKERS,
+        "poll_interval": awa_settings.POLL_INTERVAL,
+        "heartbeat_interval": awa_settings.HEARTBEAT_INTERVAL,
+        "heartbeat_staleness": awa_settings.HEARTBEAT_STALENESS,
+        "shutdown_timeout": awa_settings.SHUTDOWN_TIMEOUT,
+        "completed_retention": awa_settings.COMPLETED_RETENTION,
+        "failed_retention": awa_settings.FAILED_RETENTION,
+        "sync_threads": awa_settings.SYNC_THREADS,
+        "pool_size": awa_settings.POOL_SIZE,
+        "listen": awa_settings.LISTEN,
+        "database_alias": awa_settings.DATABASE_ALIAS,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("completed_retention", "failed_retention"):
+        values[key] = _seconds(key, values[key])
+    for key in ("sync_threads", "pool_size"):
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"{key} is {value!r}; it must be an integer of at least 1")
+    return WorkerConfig(
+        queues={name: rows.get(name, QueueConfig(name)) for name in names},
+        fixed_queues=bool(queues),
+        **values,
+    )

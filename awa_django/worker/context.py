@@ -1,0 +1,106 @@
+"""What a running job carries: the claimed row, the handler's context, and its outcome."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """A row returned by claim_jobs: one attempt, identified by (id, run_lease)."""
+
+    id: int
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    run_lease: int
+    priority: int
+    metadata: dict[str, Any]
+
+
+class JobContext:
+    """Given to handlers registered with ``takes_context=True``.
+
+    ``cancelled`` becomes true when the job was cancelled or rescued away from this worker (or
+    the worker is stopping): a long handler should check it and return early. ``set_progress``
+    stores a JSON value that is written with the next heartbeat and with the final state.
+    Safe to use from async handlers and from sync handlers in worker threads.
+    """
+
+    __slots__ = ("_cancel", "_progress", "_progress_dirty", "job")
+
+    def __init__(self, job: ClaimedJob) -> None:
+        self.job = job
+        self._cancel = threading.Event()
+        self._progress: Any = None
+        self._progress_dirty = False
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts
+
+    @property
+    def run_lease(self) -> int:
+        return self.job.run_lease
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.job.metadata
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        """Ask the handler to stop (the worker calls this; handlers read ``cancelled``)."""
+        self._cancel.set()
+
+    def set_progress(self, value: Any) -> None:
+        """Record progress (any JSON value); written with the next heartbeat."""
+        import json
+
+        json.dumps(value, allow_nan=False)  # refuse what Postgres could not store, here and now
+        self._progress = value
+        self._progress_dirty = True
+
+    @property
+    def progress(self) -> Any:
+        return self._progress
+
+    def take_progress(self) -> tuple[bool, Any]:
+        """(changed since the last take, value): for the heartbeat writer."""
+        dirty, self._progress_dirty = self._progress_dirty, False
+        return dirty, self._progress
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished attempt's next state, as finalize_jobs writes it."""
+
+    state: str  # completed, retryable, scheduled, failed, cancelled
+    delay: float | None = None  # seconds until run_at; None keeps run_at
+    error: dict[str, Any] | None = None  # an entry appended to the job's errors
+    refund: int = 0  # 1 gives the attempt back (snooze)
+
+
+COMPLETED = Outcome("completed")

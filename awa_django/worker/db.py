@@ -1,0 +1,94 @@
+"""Postgres access for the runtime: psycopg 3 async connections built from Django's DATABASES.
+
+No ORM on the event loop. The pool serves claims, batched writes, heartbeats and snapshots;
+LISTEN and the maintenance leader's advisory lock each hold a dedicated connection, so the
+budget per worker process is POOL_SIZE + 2 connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import connections
+from psycopg_pool import AsyncConnectionPool
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# psycopg errors that mean "the server or the connection went away": retried with backoff.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+try:
+    from psycopg_pool import PoolTimeout
+
+    TRANSIENT_ERRORS += (PoolTimeout,)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def connection_kwargs(alias: str) -> dict[str, Any]:
+    """psycopg.connect() keyword arguments for a Django database alias."""
+    connection = connections[alias]
+    params = dict(connection.get_connection_params())
+    for key in ("cursor_factory", "context"):
+        params.pop(key, None)
+    # Django turns server-side prepared statements off for the sake of poolers; the worker's hot
+    # statements gain from them, so keep psycopg's default unless OPTIONS asks otherwise.
+    if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
+        params.pop("prepare_threshold", None)
+    params["autocommit"] = True
+    params.setdefault("application_name", "awa_worker")
+    return params
+
+
+async def connect(alias: str) -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(**connection_kwargs(alias))
+
+
+def make_pool(alias: str, size: int) -> AsyncConnectionPool:
+    kwargs = connection_kwargs(alias)
+    return AsyncConnectionPool(
+        kwargs=kwargs,
+        min_size=size,
+        max_size=size,
+        open=False,
+        name="awa-worker",
+        reconnect_timeout=24 * 3600.0,  # keep trying through a long outage; each failure is logged
+    )
+
+
+class Backoff:
+    """Exponential backoff for reconnects: 0.05 s doubling to 5 s, reset on success."""
+
+    def __init__(self, first: float = 0.05, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.delay = first
+
+    def next(self) -> float:
+        delay = self.delay
+        self.delay = min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+async def retrying(what: str, operation: Callable[[], Awaitable[T]], *, attempts: int | None = None) -> T:
+    """Run ``operation`` until it succeeds, retrying transient database errors with backoff."""
+    backoff = Backoff()
+    tries = 0
+    while True:
+        try:
+            return await operation()
+        except TRANSIENT_ERRORS as exc:
+            tries += 1
+            if attempts is not None and tries >= attempts:
+                raise
+            delay = backoff.next()
+            logger.warning("database unavailable during %s, retrying in %.2fs error=%r", what, delay, exc)
+            await asyncio.sleep(delay)

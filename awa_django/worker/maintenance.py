@@ -1,0 +1,122 @@
+"""The maintenance leader: one worker at a time, elected with a Postgres advisory lock.
+
+The leader promotes due scheduled/retryable jobs, rescues running jobs whose heartbeat went stale
+or whose deadline passed, ages the priority of long-waiting jobs, deletes finished jobs past their
+retention in batches, and removes stale worker snapshots. Leadership is a session-level advisory
+lock held on a dedicated connection: if the leader dies or loses its connection, Postgres drops
+the lock and another worker takes over on its next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from awa_django.sql import statements
+from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
+
+if TYPE_CHECKING:
+    from awa_django.worker.runtime import Worker
+
+logger = logging.getLogger(__name__)
+
+# pg_try_advisory_lock key: "awa!" and "lead" as two int32s, clear in pg_locks.
+LEADER_LOCK = (0x61776121, 0x6C656164)
+BATCH = 1000
+RETENTION_EVERY = 60.0  # seconds between retention sweeps
+
+
+class Maintenance:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.is_leader = False
+        self._last_retention = 0.0
+        self.rounds = 0
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await self.conn.close()
+            self.conn = None
+            self.is_leader = False
+
+    async def run(self) -> None:
+        worker = self.worker
+        backoff = Backoff()
+        while not worker.stopping:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.is_leader = False
+                    self.conn = await connect(worker.config.database_alias)
+                if not self.is_leader:
+                    cursor = await self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK)
+                    row = await cursor.fetchone()
+                    self.is_leader = bool(row and row[0])
+                    if self.is_leader:
+                        logger.info(
+                            "this worker is now the maintenance leader instance=%s", worker.instance_id
+                        )
+                if self.is_leader:
+                    await self.run_once(self.conn)
+                backoff.reset()
+                await worker._sleep(worker.config.maintenance_interval)
+            except TRANSIENT_ERRORS as exc:
+                if self.is_leader:
+                    logger.warning("maintenance leader lost its connection: %r", exc)
+                await self.close()
+                await worker._sleep(backoff.next())
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        """One round of the leader's duties; returns counts of what it did."""
+        worker = self.worker
+        done = {"promoted": 0, "rescued": 0, "aged": 0, "deleted": 0}
+        while True:
+            cursor = await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
+            promoted = sum(row[1] for row in await cursor.fetchall())
+            done["promoted"] += promoted
+            if promoted < BATCH:
+                break
+        staleness = timedelta(seconds=worker.config.heartbeat_staleness)
+        cursor = await conn.execute(statements["rescue_stale_jobs"], {"staleness": staleness, "limit": BATCH})
+        rescued = await cursor.fetchall()
+        if rescued:
+            done["rescued"] = len(rescued)
+            logger.warning(
+                "rescued %d running job(s) with a stale heartbeat or a passed deadline: ids=%s",
+                len(rescued),
+                [r[0] for r in rescued][:20],
+            )
+            await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
+        for queue in worker.config.queues.values():
+            if queue.priority_aging:
+                cursor = await conn.execute(
+                    statements["age_priorities"],
+                    {"queue": queue.name, "aging": timedelta(seconds=queue.priority_aging), "limit": BATCH},
+                )
+                done["aged"] += len(await cursor.fetchall())
+        now = time.monotonic()
+        if now - self._last_retention >= RETENTION_EVERY:
+            self._last_retention = now
+            for state, older_than in worker.retention().items():
+                while True:
+                    cursor = await conn.execute(
+                        statements["delete_finished_jobs"],
+                        {"state": state, "older_than": older_than, "limit": BATCH},
+                    )
+                    done["deleted"] += cursor.rowcount
+                    if cursor.rowcount < BATCH:
+                        break
+                    await asyncio.sleep(0)
+            await conn.execute(
+                statements["delete_stale_worker_instances"],
+                {"older_than": timedelta(seconds=max(worker.config.heartbeat_staleness, 30.0))},
+            )
+        self.rounds += 1
+        return done

@@ -1,0 +1,483 @@
+"""The supervisor: owns the event loop's tasks, the stop event, and the shutdown order.
+
+Tasks, each named: one dispatcher per queue, the batched writer, the LISTEN loop, the heartbeat
+loop, the maintenance loop (leader only does the work), the snapshot loop and the configuration
+re-read loop. A side task that dies is noticed, logged, and stops the worker with an error.
+
+Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout; hand back
+what is still running (retryable, due now, guarded by run_lease); cancel those tasks; flush the
+writer; release; remove this worker's snapshot; close connections. A second signal stops at once
+and the rescue path recovers whatever was left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Coroutine, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django.concurrency import Allocator, Permit, release_all
+from awa_django.exceptions import ConfigurationError
+from awa_django.registry import Registry
+from awa_django.registry import registry as default_registry
+from awa_django.sql import JOBS_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.worker.completer import Completer
+from awa_django.worker.config import QueueConfig, WorkerConfig
+from awa_django.worker.context import ClaimedJob, JobContext
+from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect, make_pool, retrying
+from awa_django.worker.dispatcher import Dispatcher
+from awa_django.worker.executor import Executor
+from awa_django.worker.maintenance import Maintenance
+
+logger = logging.getLogger(__name__)
+
+CANCEL_CHANNEL = "awa_cancel"
+
+
+class Worker:
+    """One worker process's runtime. ``await Worker(config).run()`` until stopped."""
+
+    def __init__(self, config: WorkerConfig, *, registry: Registry | None = None) -> None:
+        self.config = config
+        self.registry = registry or default_registry
+        self.instance_id = uuid.uuid4()
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        self.started_at = datetime.now(timezone.utc)
+        self.allocator = Allocator(config.global_max_workers, config.queues)
+        self.allocator.on_release = self._on_release
+        self._quiet = False
+        self.dispatchers: dict[str, Dispatcher] = {}
+        self.in_flight: dict[int, tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
+        self.executor = Executor(self.registry, config.sync_threads)
+        self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
+        self.completer = Completer(self.pool)
+        self.maintenance = Maintenance(self)
+        self.stopping = False
+        self.forced = False
+        self.listening = False
+        self._stop = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.ready = asyncio.Event()
+        self._reconfigure_now = asyncio.Event()
+        self._last_refused: str | None = None
+        self.failure: BaseException | None = None
+
+    # --- control -------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Graceful stop (first signal); a second request stops at once."""
+        if self.stopping:
+            if not self.forced:
+                logger.warning("second stop request: stopping at once; running jobs will be rescued")
+                self.forced = True
+                self._stop.set()
+            return
+        logger.info("stopping: no new claims; in-flight jobs get %.1fs", self.config.shutdown_timeout)
+        self.stopping = True
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+        self._stop.set()
+
+    def request_stop_threadsafe(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.request_stop)
+
+    # --- permits and jobs ------------------------------------------------------------
+
+    def _on_release(self, queue: str) -> None:
+        """A permit came back: wake the dispatchers that wait for capacity."""
+        if self._quiet:
+            return
+        if self.allocator.mode == "hard_reserved":
+            dispatcher = self.dispatchers.get(queue)
+            if dispatcher is not None and dispatcher.hungry:
+                dispatcher.wake.set()
+            return
+        for dispatcher in self.dispatchers.values():
+            if dispatcher.hungry:
+                dispatcher.wake.set()
+
+    def release_quietly(self, permits: Iterable[Permit]) -> None:
+        """Release permits a poll could not use, without waking the other dispatchers for them
+        (an empty queue returning its permits must not set off a round of empty polls)."""
+        self._quiet = True
+        try:
+            release_all(permits)
+        finally:
+            self._quiet = False
+
+    def dispatch(self, job: ClaimedJob, permit: Permit) -> None:
+        context = JobContext(job)
+        task = asyncio.create_task(self._run_job(job, context, permit), name=f"awa-job-{job.id}")
+        self.in_flight[job.id] = (job, context, task)
+
+    async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
+        try:
+            deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
+            outcome = await self.executor.execute(job, context, deadline)
+            written = self.completer.submit(job, outcome, context.take_progress())
+            try:
+                await asyncio.shield(written)
+            except asyncio.CancelledError:
+                if not self.forced:  # the row is still being written: keep the slot until it is
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await written
+                raise
+        finally:
+            self.in_flight.pop(job.id, None)
+            permit.release()
+
+    # --- the run ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._install_signals()
+        await retrying("opening the connection pool", self._open_pool)
+        logger.info(
+            "worker started instance=%s mode=%s global_max_workers=%s queues=%s pool_size=%s",
+            self.instance_id,
+            self.allocator.mode,
+            self.config.global_max_workers,
+            ",".join(self.config.queues),
+            self.config.pool_size,
+        )
+        try:
+            for queue in self.config.queues.values():
+                self._start_dispatcher(queue)
+            self._spawn("awa-completer", self.completer.run())
+            self._spawn("awa-listener", self._listen())
+            self._spawn("awa-heartbeat", self._heartbeat())
+            self._spawn("awa-maintenance", self.maintenance.run())
+            self._spawn("awa-snapshot", self._snapshots())
+            self._spawn("awa-reconfigure", self._reconfigure_loop())
+            self.ready.set()
+            await self._stop.wait()
+            if not self.forced:
+                await self._drain()
+        finally:
+            await self._close()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _open_pool(self) -> None:
+        await self.pool.open(wait=True, timeout=10)
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks[name] = task
+        task.add_done_callback(self._side_task_done)
+        return task
+
+    def _side_task_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or self.stopping:
+            return
+        exc = task.exception()
+        logger.error("side task %s died: %r; stopping the worker", task.get_name(), exc, exc_info=exc)
+        self.failure = exc or RuntimeError(f"side task {task.get_name()} ended unexpectedly")
+        self.request_stop()
+
+    def _start_dispatcher(self, queue: QueueConfig) -> None:
+        dispatcher = Dispatcher(self, queue)
+        self.dispatchers[queue.name] = dispatcher
+        self._spawn(f"awa-dispatch-{queue.name}", dispatcher.run())
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.request_stop)
+
+    async def _drain(self) -> None:
+        dispatcher_tasks = [t for n, t in self._tasks.items() if n.startswith("awa-dispatch-")]
+        await asyncio.gather(*dispatcher_tasks, return_exceptions=True)
+        jobs = [task for _, _, task in self.in_flight.values()]
+        if jobs:
+            logger.info(
+                "waiting for %d in-flight job(s), at most %.1fs", len(jobs), self.config.shutdown_timeout
+            )
+            _, pending = await asyncio.wait(jobs, timeout=self.config.shutdown_timeout)
+            # The stop was escalated meanwhile, or the timeout passed: hand back what still runs.
+            if pending and not self.forced:
+                await self._hand_back()
+        await self.completer.wait_idle()
+
+    async def _hand_back(self) -> None:
+        left = [(job, context, task) for job, context, task in self.in_flight.values() if not task.done()]
+        if not left:
+            return
+        logger.warning(
+            "shutdown timeout (%.1fs) passed with %d job(s) running; handing them back as retryable",
+            self.config.shutdown_timeout,
+            len(left),
+        )
+        params = {
+            "ids": [job.id for job, _, _ in left],
+            "leases": [job.run_lease for job, _, _ in left],
+            "reason": f"worker stopped: the job was still running after the {self.config.shutdown_timeout}s "
+            "shutdown timeout; handed back to run again",
+        }
+
+        async def write() -> None:
+            async with self.pool.connection() as conn:
+                await conn.execute(statements["release_jobs"], params)
+
+        try:
+            await retrying("release_jobs", write, attempts=5)
+        except TRANSIENT_ERRORS as exc:
+            logger.error(
+                "could not hand back %d job(s): %r; the rescue path will recover them", len(left), exc
+            )
+        for _, context, task in left:
+            context.cancel()
+            task.cancel()
+        await asyncio.gather(*(task for _, _, task in left), return_exceptions=True)
+
+    async def _close(self) -> None:
+        self.stopping = True
+        if self.forced:
+            for _, context, task in list(self.in_flight.values()):
+                context.cancel()
+                task.cancel()
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if not self.forced:
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                async with self.pool.connection(timeout=2) as conn:
+                    await conn.execute(
+                        statements["delete_worker_instance"], {"instance_id": self.instance_id}
+                    )
+        await self.maintenance.close()
+        await self.pool.close(timeout=2)
+        self.executor.shutdown()
+        logger.info(
+            "worker stopped instance=%s written=%d lost=%d",
+            self.instance_id,
+            self.completer.written,
+            self.completer.lost,
+        )
+
+    # --- side loops ------------------------------------------------------------------
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _listen(self) -> None:
+        """LISTEN for wake-ups; on any connection loss reconnect with backoff and wake everyone."""
+        if not self.config.listen:
+            logger.warning(
+                "LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval
+            )
+            return
+        backoff = Backoff()
+        while not self.stopping:
+            try:
+                conn = await connect(self.config.database_alias)
+            except TRANSIENT_ERRORS as exc:
+                delay = backoff.next()
+                logger.warning("LISTEN connection failed, retrying in %.2fs error=%r", delay, exc)
+                await self._sleep(delay)
+                continue
+            try:
+                async with conn:
+                    try:
+                        for channel in (JOBS_CHANNEL, QUEUES_CHANNEL, CANCEL_CHANNEL):
+                            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    except psycopg.errors.FeatureNotSupported as exc:
+                        logger.warning(
+                            "LISTEN is not available (%s): polling every %.2fs",
+                            exc,
+                            self.config.poll_interval,
+                        )
+                        return
+                    self.listening = True
+                    backoff.reset()
+                    for dispatcher in self.dispatchers.values():  # we may have missed notifications
+                        dispatcher.wake.set()
+                    async for notify in conn.notifies():
+                        self._on_notify(notify.channel, notify.payload)
+            except TRANSIENT_ERRORS as exc:
+                self.listening = False
+                delay = backoff.next()
+                logger.warning("LISTEN connection lost, reconnecting in %.2fs error=%r", delay, exc)
+                await self._sleep(delay)
+            finally:
+                self.listening = False
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel == JOBS_CHANNEL:
+            dispatcher = self.dispatchers.get(payload)
+            if dispatcher is not None:
+                dispatcher.wake.set()
+        elif channel == QUEUES_CHANNEL:
+            self._reconfigure_now.set()
+        elif channel == CANCEL_CHANNEL:
+            with contextlib.suppress(ValueError):
+                entry = self.in_flight.get(int(payload))
+                if entry is not None:
+                    logger.info("job cancelled while running job_id=%s; telling its handler", payload)
+                    entry[1].cancel()
+
+    async def _heartbeat(self) -> None:
+        """Batched heartbeats (with progress) for every in-flight attempt."""
+        while not self.stopping:
+            await self._sleep(self.config.heartbeat_interval)
+            entries = list(self.in_flight.values())
+            if not entries:
+                continue
+            ids, leases, progress = [], [], []
+            for job, context, _ in entries:
+                dirty, value = context.take_progress()
+                ids.append(job.id)
+                leases.append(job.run_lease)
+                progress.append(json.dumps(value) if dirty else None)
+
+            async def beat(
+                ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
+            ) -> set[int]:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(
+                        statements["heartbeat_jobs"], {"ids": ids, "leases": leases, "progress": progress}
+                    )
+                    return {row[0] for row in await cursor.fetchall()}
+
+            try:
+                alive = await beat()
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), exc)
+                continue
+            for job, context, task in entries:
+                if job.id not in alive and not task.done() and job.id in self.in_flight:
+                    logger.warning(
+                        "job no longer held by this worker job_id=%s run_lease=%s (rescued or cancelled); "
+                        "telling its handler to stop",
+                        job.id,
+                        job.run_lease,
+                    )
+                    context.cancel()
+
+    async def _snapshots(self) -> None:
+        interval = min(self.config.heartbeat_interval, 5.0)
+        while not self.stopping:
+            try:
+                await self.write_snapshot()
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("snapshot write failed: %r", exc)
+            await self._sleep(interval)
+
+    def health(self, available_rows: dict[str, int] | None = None) -> dict[str, Any]:
+        """Per queue: mode, capacity (HardReserved / Weighted), in-flight and available permits."""
+        queues: dict[str, Any] = {}
+        snapshot = self.allocator.snapshot()
+        for name, entry in snapshot.items():
+            capacity = self.allocator.capacity(name)
+            queues[name] = {
+                **entry,
+                "capacity": {"type": type(capacity).__name__, **capacity.__dict__},
+                "paused": self.dispatchers[name].config.paused if name in self.dispatchers else False,
+                "jobs_available": (available_rows or {}).get(name),
+            }
+        return queues
+
+    async def write_snapshot(self) -> None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                statements["count_available_jobs"], {"queues": list(self.dispatchers)}
+            )
+            available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
+            flags = {
+                "listening": self.listening,
+                "leader": self.maintenance.is_leader,
+                "stopping": self.stopping,
+                "in_flight": len(self.in_flight),
+                "sync_running": self.executor.sync_running,
+            }
+            await conn.execute(
+                statements["upsert_worker_instance"],
+                {
+                    "instance_id": self.instance_id,
+                    "hostname": self.hostname,
+                    "pid": self.pid,
+                    "started_at": self.started_at,
+                    "mode": self.allocator.mode,
+                    "global_max_workers": self.config.global_max_workers,
+                    "queues": json.dumps(self.health(available_rows)),
+                    "flags": json.dumps(flags),
+                },
+            )
+
+    # --- live reconfiguration ------------------------------------------------------------
+
+    async def _reconfigure_loop(self) -> None:
+        """Re-read Queue rows on NOTIFY (a save in the admin) and every few seconds as a fallback."""
+        while not self.stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reconfigure_now.wait(), self.config.reconfigure_interval)
+            self._reconfigure_now.clear()
+            if self.stopping:
+                return
+            try:
+                await self.reload_queues()
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("could not re-read queue settings: %r", exc)
+
+    async def reload_queues(self) -> bool:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(statements["read_queues"])
+            names = [d.name for d in cursor.description or []]
+            rows = {
+                r[0]: QueueConfig.from_row(dict(zip(names, r, strict=True))) for r in await cursor.fetchall()
+            }
+        return self.apply_queue_rows(rows)
+
+    def apply_queue_rows(self, rows: dict[str, QueueConfig]) -> bool:
+        """Apply new Queue settings if they pass the rules; otherwise keep the last good ones."""
+        current = self.config.queues
+        names = list(current) if self.config.fixed_queues else list(dict.fromkeys([*current, *rows]))
+        wanted = {name: rows.get(name, current.get(name) or QueueConfig(name)) for name in names}
+        if wanted == current:
+            return False
+        try:
+            self.allocator.reconfigure(self.config.global_max_workers, wanted)
+        except ConfigurationError as exc:
+            if self._last_refused != str(exc):
+                logger.error("refusing new queue settings, keeping the last good ones: %s", exc)
+                self._last_refused = str(exc)
+            return False
+        self._last_refused = None
+        self.config = self.config.with_queues(wanted)
+        for name, queue in wanted.items():
+            if name in self.dispatchers:
+                if self.dispatchers[name].config != queue:
+                    logger.info("queue settings changed queue=%s %s", name, queue)
+                    self.dispatchers[name].apply(queue)
+            elif not self.stopping:
+                logger.info("serving new queue queue=%s", name)
+                self._start_dispatcher(queue)
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+        return True
+
+    # --- helpers for maintenance ------------------------------------------------------------
+
+    def retention(self) -> dict[str, timedelta]:
+        return {
+            "completed": timedelta(seconds=self.config.completed_retention),
+            "failed": timedelta(seconds=self.config.failed_retention),
+            "cancelled": timedelta(seconds=self.config.failed_retention),
+        }
