@@ -10,11 +10,13 @@ from awa_django.exceptions import (
     UniqueJobConflictError,
 )
 from awa_django.registry import JobHandler, job
+from awa_django.worker.context import JobContext
 
 __all__ = [
     "AwaError",
     "Cancel",
     "InvalidJobError",
+    "JobContext",
     "JobHandler",
     "RetryAfter",
     "Snooze",

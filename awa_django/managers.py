@@ -92,9 +92,7 @@ def _check_json_object(field: str, value: object, index: int | None) -> tuple[di
     if value is None:
         return {}, "{}"
     if not isinstance(value, Mapping):
-        raise InvalidJobError(
-            field, value, f"must be a dict (JSON object), not {type(value).__name__}", index=index
-        )
+        raise InvalidJobError(field, value, f"must be a dict (JSON object), not {type(value).__name__}", index=index)
     bad_keys = [k for k in value if not isinstance(k, str)]
     if bad_keys:
         raise InvalidJobError(field, value, f"keys must be strings; {bad_keys[0]!r} is not", index=index)
@@ -201,17 +199,12 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
             states=tuple(states),
         )
     else:
-        raise InvalidJobError(
-            "unique", value, "must be True, a dict of options or UniqueOptions", index=index
-        )
+        raise InvalidJobError("unique", value, "must be True, a dict of options or UniqueOptions", index=index)
     period = options.by_period
     if isinstance(period, timedelta):
         period = period.total_seconds()
     if period is not None and (
-        isinstance(period, bool)
-        or not isinstance(period, int | float)
-        or not math.isfinite(period)
-        or period <= 0
+        isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period) or period <= 0
     ):
         raise InvalidJobError(
             "unique.by_period", options.by_period, "must be a positive number of seconds", index=index
@@ -283,9 +276,7 @@ def build_row(
     )
 
 
-_SPEC_KEYS = frozenset(
-    {"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"}
-)
+_SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -376,55 +367,16 @@ class JobManager(models.Manager["Job"]):
                 cursor.execute(statements["find_unique_jobs"], {"keys": [row.unique_key]})
                 raise UniqueJobConflictError(row.kind, [r[0] for r in cursor.fetchall()], row.unique_key)
         job_id, state, run_at_db, created_at = inserted
-        return self.model.from_db(
-            alias,
-            [
-                "id",
-                "kind",
-                "queue",
-                "args",
-                "state",
-                "priority",
-                "attempt",
-                "max_attempts",
-                "run_at",
-                "attempted_at",
-                "heartbeat_at",
-                "deadline_at",
-                "finalized_at",
-                "created_at",
-                "errors",
-                "metadata",
-                "tags",
-                "progress",
-                "unique_key",
-                "unique_states",
-                "run_lease",
-            ],
-            [
-                job_id,
-                row.kind,
-                row.queue,
-                row.args,
-                state,
-                row.priority,
-                0,
-                row.max_attempts,
-                run_at_db,
-                None,
-                None,
-                None,
-                None,
-                created_at,
-                [],
-                row.metadata,
-                row.tags,
-                None,
-                row.unique_key,
-                row.unique_states,
-                0,
-            ],
-        )
+        values = {
+            "id": job_id, "kind": row.kind, "queue": row.queue, "args": row.args, "state": state,
+            "priority": row.priority, "attempt": 0, "max_attempts": row.max_attempts, "run_at": run_at_db,
+            "attempted_at": None, "heartbeat_at": None, "deadline_at": None, "finalized_at": None,
+            "created_at": created_at, "errors": [], "metadata": row.metadata, "tags": row.tags,
+            "progress": None, "result": None, "unique_key": row.unique_key,
+            "unique_states": row.unique_states, "run_lease": 0,
+        }  # fmt: skip
+        names = [field.attname for field in self.model._meta.concrete_fields]  # from_db wants model order
+        return self.model.from_db(alias, names, [values[name] for name in names])
 
     async def aenqueue(
         self,
@@ -528,9 +480,7 @@ class JobManager(models.Manager["Job"]):
                     cursor.execute(statements["find_unique_jobs"], {"keys": list(keys)})
                     found = cursor.fetchall()
                 kind = found[0][1] if found else next(iter(rows))[0]
-                raise UniqueJobConflictError(
-                    kind, [r[0] for r in found], found[0][2] if found else ""
-                ) from None
+                raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
             raise
         return len(rows)
 

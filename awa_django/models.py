@@ -58,6 +58,7 @@ class Job(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     tags = ArrayField(models.CharField(max_length=NAME_MAX_LENGTH), default=list, blank=True)
     progress = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True, help_text="the handler's return value (JSON), when not None")
     unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = not unique
     unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
     run_lease = models.BigIntegerField(default=0)

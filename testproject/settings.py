@@ -66,6 +66,11 @@ else:
 
     DATABASES = {"default": database_settings()}
 
+# AWA_DB_NAME points a process at another database of the same server (the tests start worker
+# subprocesses on their test database this way).
+if os.environ.get("AWA_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["AWA_DB_NAME"]
+
 # Several test runs may share one server (e.g. parallel checkouts): AWA_TEST_DB names the test database.
 DATABASES["default"].setdefault("TEST", {})["NAME"] = env("AWA_TEST_DB", default="test_awa")
 

@@ -2,7 +2,7 @@
 -- Parameters, one array element per job: ids (bigint[]), leases (bigint[]), states (text[]),
 --   delays (float8[] seconds from now for run_at, NULL keeps run_at), errors (jsonb[], NULL adds no
 --   entry), refunds (int[]: 1 gives the attempt back, as a snooze does), progress (jsonb[], NULL
---   keeps the stored value).
+--   keeps the stored value), results (jsonb[]: the handler's return value, NULL for none).
 -- Guard: (id, state = 'running', run_lease) as in complete_jobs. Terminal states set finalized_at.
 UPDATE awa_job AS j
 SET state = d.state,
@@ -10,13 +10,14 @@ SET state = d.state,
     errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
     attempt = j.attempt - d.refund,
     progress = COALESCE(d.progress, j.progress),
+    result = d.result,
     finalized_at = CASE WHEN d.state IN ('completed', 'failed', 'cancelled') THEN now() END,
     heartbeat_at = NULL,
     deadline_at = NULL
 FROM unnest(
     %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::varchar[], %(delays)s::float8[],
-    %(errors)s::jsonb[], %(refunds)s::int[], %(progress)s::jsonb[]
-) AS d(id, lease, state, delay, error, refund, progress)
+    %(errors)s::jsonb[], %(refunds)s::int[], %(progress)s::jsonb[], %(results)s::jsonb[]
+) AS d(id, lease, state, delay, error, refund, progress, result)
 WHERE j.id = d.id
   AND j.state = 'running'
   AND j.run_lease = d.lease

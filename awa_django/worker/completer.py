@@ -95,9 +95,7 @@ class Completer:
             cursor = await conn.execute(statements["complete_jobs"], params)
             return {row[0] for row in await cursor.fetchall()}
 
-    async def _write_final(
-        self, batch: list[tuple[ClaimedJob, Outcome, Any, asyncio.Future[bool]]]
-    ) -> set[int]:
+    async def _write_final(self, batch: list[tuple[ClaimedJob, Outcome, Any, asyncio.Future[bool]]]) -> set[int]:
         params = {
             "ids": [job.id for job, _, _, _ in batch],
             "leases": [job.run_lease for job, _, _, _ in batch],
@@ -106,6 +104,7 @@ class Completer:
             "errors": [None if o.error is None else json.dumps(o.error, default=str) for _, o, _, _ in batch],
             "refunds": [outcome.refund for _, outcome, _, _ in batch],
             "progress": [None if p is None else json.dumps(p) for _, _, p, _ in batch],
+            "results": [outcome.result for _, outcome, _, _ in batch],
         }
         async with self.pool.connection() as conn:
             cursor = await conn.execute(statements["finalize_jobs"], params)

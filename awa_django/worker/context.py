@@ -101,6 +101,7 @@ class Outcome:
     delay: float | None = None  # seconds until run_at; None keeps run_at
     error: dict[str, Any] | None = None  # an entry appended to the job's errors
     refund: int = 0  # 1 gives the attempt back (snooze)
+    result: str | None = None  # the handler's return value as JSON text, when it returned one
 
 
 COMPLETED = Outcome("completed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import random
 import threading
 import traceback
@@ -115,9 +116,7 @@ class Executor:
                     await asyncio.wait_for(call, deadline)
             else:
                 loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(
-                    self.threads, functools.partial(self._call_sync, handler, context, args)
-                )
+                future = loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
                 if deadline is None:
                     await future
                 else:
@@ -132,18 +131,28 @@ class Executor:
                 return Outcome("failed", error=error_entry(job, describe(retry), retry))
             return Outcome("retryable", delay=retry.delay, error=error_entry(job, describe(retry), retry))
         except Cancel as cancel:
-            return Outcome(
-                "cancelled", error=error_entry(job, f"cancelled: {cancel.reason or 'by the handler'}")
-            )
+            return Outcome("cancelled", error=error_entry(job, f"cancelled: {cancel.reason or 'by the handler'}"))
         except TerminalError as exc:
             return Outcome("failed", error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
             context.cancel()
-            return self._retry_or_fail(
-                job, f"deadline exceeded: the handler ran longer than {deadline}s", exc
-            )
+            return self._retry_or_fail(job, f"deadline exceeded: the handler ran longer than {deadline}s", exc)
         except Exception as exc:
             return self._retry_or_fail(job, describe(exc), exc)
+
+    def _completed_with(self, job: ClaimedJob, result: Any) -> Outcome:
+        try:
+            text = json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return Outcome(
+                "failed",
+                error=error_entry(
+                    job,
+                    f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: {exc}); "
+                    "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)",
+                ),
+            )
+        return Outcome("completed", result=text)
 
     def _retry_or_fail(self, job: ClaimedJob, error: str, exc: BaseException) -> Outcome:
         entry = error_entry(job, error, exc)

@@ -60,9 +60,7 @@ class Maintenance:
                     row = await cursor.fetchone()
                     self.is_leader = bool(row and row[0])
                     if self.is_leader:
-                        logger.info(
-                            "this worker is now the maintenance leader instance=%s", worker.instance_id
-                        )
+                        logger.info("this worker is now the maintenance leader instance=%s", worker.instance_id)
                 if self.is_leader:
                     await self.run_once(self.conn)
                 backoff.reset()

@@ -186,6 +186,8 @@ class Worker:
         if task.cancelled() or self.stopping:
             return
         exc = task.exception()
+        if exc is None:  # a loop that ended on purpose (e.g. LISTEN turned off) said so itself
+            return
         logger.error("side task %s died: %r; stopping the worker", task.get_name(), exc, exc_info=exc)
         self.failure = exc or RuntimeError(f"side task {task.get_name()} ended unexpectedly")
         self.request_stop()
@@ -206,9 +208,7 @@ class Worker:
         await asyncio.gather(*dispatcher_tasks, return_exceptions=True)
         jobs = [task for _, _, task in self.in_flight.values()]
         if jobs:
-            logger.info(
-                "waiting for %d in-flight job(s), at most %.1fs", len(jobs), self.config.shutdown_timeout
-            )
+            logger.info("waiting for %d in-flight job(s), at most %.1fs", len(jobs), self.config.shutdown_timeout)
             _, pending = await asyncio.wait(jobs, timeout=self.config.shutdown_timeout)
             # The stop was escalated meanwhile, or the timeout passed: hand back what still runs.
             if pending and not self.forced:
@@ -238,9 +238,7 @@ class Worker:
         try:
             await retrying("release_jobs", write, attempts=5)
         except TRANSIENT_ERRORS as exc:
-            logger.error(
-                "could not hand back %d job(s): %r; the rescue path will recover them", len(left), exc
-            )
+            logger.error("could not hand back %d job(s): %r; the rescue path will recover them", len(left), exc)
         for _, context, task in left:
             context.cancel()
             task.cancel()
@@ -258,9 +256,7 @@ class Worker:
         if not self.forced:
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 async with self.pool.connection(timeout=2) as conn:
-                    await conn.execute(
-                        statements["delete_worker_instance"], {"instance_id": self.instance_id}
-                    )
+                    await conn.execute(statements["delete_worker_instance"], {"instance_id": self.instance_id})
         await self.maintenance.close()
         await self.pool.close(timeout=2)
         self.executor.shutdown()
@@ -280,9 +276,7 @@ class Worker:
     async def _listen(self) -> None:
         """LISTEN for wake-ups; on any connection loss reconnect with backoff and wake everyone."""
         if not self.config.listen:
-            logger.warning(
-                "LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval
-            )
+            logger.warning("LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval)
             return
         backoff = Backoff()
         while not self.stopping:
@@ -396,9 +390,7 @@ class Worker:
 
     async def write_snapshot(self) -> None:
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                statements["count_available_jobs"], {"queues": list(self.dispatchers)}
-            )
+            cursor = await conn.execute(statements["count_available_jobs"], {"queues": list(self.dispatchers)})
             available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
             flags = {
                 "listening": self.listening,
@@ -440,9 +432,7 @@ class Worker:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(statements["read_queues"])
             names = [d.name for d in cursor.description or []]
-            rows = {
-                r[0]: QueueConfig.from_row(dict(zip(names, r, strict=True))) for r in await cursor.fetchall()
-            }
+            rows = {r[0]: QueueConfig.from_row(dict(zip(names, r, strict=True))) for r in await cursor.fetchall()}
         return self.apply_queue_rows(rows)
 
     def apply_queue_rows(self, rows: dict[str, QueueConfig]) -> bool:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
-from awa_django import job
+from django.utils import timezone
+
+from awa_django import JobContext, job
+from testproject.demo.models import Execution
 
 
 @job("noop")
@@ -26,3 +31,15 @@ class DemoFailureError(RuntimeError):
 async def fail(message: str = "the demo job failed on purpose") -> None:
     """Always raises, so its retries and final failure can be watched."""
     raise DemoFailureError(message)
+
+
+@job("record", takes_context=True)
+def record(context: JobContext, seconds: float = 0.0) -> None:
+    """Writes an Execution row when it starts and stamps it when it ends (a sync handler: the ORM
+    runs in the worker's thread pool). Tests count executions per job id from these rows."""
+    execution = Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, run_lease=context.run_lease, pid=os.getpid()
+    )
+    if seconds:
+        time.sleep(float(seconds))
+    Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())

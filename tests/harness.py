@@ -1,0 +1,112 @@
+"""Running real workers from tests: in-process (a thread with its own event loop) or as a
+``manage.py awa_worker`` subprocess on the test database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from awa_django.registry import Registry
+from awa_django.worker import QueueConfig, Worker, WorkerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_config(queues: dict[str, QueueConfig] | list[str], **overrides: Any) -> WorkerConfig:
+    """A WorkerConfig with intervals short enough for tests (each still a real interval)."""
+    if isinstance(queues, list):
+        queues = {name: QueueConfig(name) for name in queues}
+    values: dict[str, Any] = {
+        "poll_interval": 0.2,
+        "heartbeat_interval": 0.5,
+        "heartbeat_staleness": 3.0,
+        "shutdown_timeout": 5.0,
+        "maintenance_interval": 0.1,
+        "reconfigure_interval": 0.5,
+        "database_alias": "default",
+    }
+    values.update(overrides)
+    return WorkerConfig(queues=queues, **values)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
+    """Poll a condition until it holds; fail the test with ``what`` if it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@contextmanager
+def running_worker(
+    config: WorkerConfig, registry: Registry | None = None, stop_timeout: float = 30.0
+) -> Iterator[Worker]:
+    """Run a Worker in a background thread; stop it gracefully on exit and re-raise its failure."""
+    box: dict[str, Any] = {}
+    started = threading.Event()
+
+    def main() -> None:
+        async def go() -> None:
+            worker = Worker(config, registry=registry)
+            box["worker"] = worker
+            waiter = asyncio.create_task(worker.ready.wait())
+            waiter.add_done_callback(lambda _: started.set())
+            await worker.run()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:  # reported to the test below
+            box["error"] = exc
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=main, name="awa-test-worker", daemon=True)
+    thread.start()
+    started.wait(30)
+    if "error" in box:
+        raise box["error"]
+    worker: Worker = box["worker"]
+    try:
+        yield worker
+    finally:
+        worker.request_stop_threadsafe()
+        thread.join(stop_timeout)
+        if thread.is_alive():
+            raise AssertionError(f"worker did not stop within {stop_timeout}s")
+        if "error" in box:
+            raise box["error"]
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    """Environment for a subprocess that must use this test run's database."""
+    env = dict(os.environ)
+    env["AWA_DB_NAME"] = connection.settings_dict["NAME"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def spawn_worker(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``manage.py awa_worker ARGS`` on the test database; output goes to ``log``."""
+    out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", *args],
+        cwd=ROOT,
+        env=env or worker_env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
