@@ -1,1 +1,86 @@
-"""Shared fixtures. Tests run against a real PostgreSQL: the embedded server, or DATABASE_URL."""
+"""Shared fixtures. Tests run against a real PostgreSQL: the embedded server, or DATABASE_URL.
+
+A job written on Django's connection joins the caller's transaction, so whether another session
+can see it (or hears its NOTIFY) is only observable from a second connection: ``other_connection``
+and ``listener`` open one with Django's own connection parameters, outside Django.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+from psycopg import sql
+
+from awa_django.sql import JOBS_CHANNEL
+
+# Django-only keys in get_connection_params() that psycopg.connect() does not take.
+_DJANGO_ONLY = ("cursor_factory", "context", "prepare_threshold")
+
+
+def connect_outside_django() -> psycopg.Connection[Any]:
+    """A fresh autocommit psycopg connection to the database Django's connection uses (the test DB)."""
+    params = {k: v for k, v in connection.get_connection_params().items() if k not in _DJANGO_ONLY}
+    return psycopg.connect(**params, autocommit=True)
+
+
+@pytest.fixture
+def other_connection(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
+    """A second session: it sees only what Django's connection has committed."""
+    conn = connect_outside_django()
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def count_jobs(conn: psycopg.Connection[Any], **where: Any) -> int:
+    """Rows of awa_job matching ``column=value`` pairs, as seen by ``conn``."""
+    clauses = [sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column)) for column in where]
+    query = sql.SQL("SELECT count(*) FROM awa_job WHERE {}").format(
+        sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("TRUE")
+    )
+    row = conn.execute(query, where).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class Listener:
+    """A session LISTENing on the jobs channel.
+
+    ``drain()`` sends a sentinel NOTIFY from yet another session and returns the payloads of
+    every notification received before it. Postgres delivers notifications in commit order, so
+    the sentinel bounds the read without guessing a timeout: whatever was committed before the
+    call has been delivered when the sentinel arrives, and nothing committed later is counted.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        conn.execute(f"LISTEN {JOBS_CHANNEL}")
+
+    def drain(self, timeout: float = 30.0) -> list[str]:
+        sentinel = f"sentinel-{uuid.uuid4()}"
+        with connect_outside_django() as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, sentinel))
+        payloads: list[str] = []
+        for notify in self.conn.notifies(timeout=timeout):
+            if notify.payload == sentinel:
+                return payloads
+            assert notify.channel == JOBS_CHANNEL
+            payloads.append(notify.payload)
+        raise AssertionError(f"the sentinel NOTIFY did not arrive within {timeout}s; got {payloads}")
+
+
+@pytest.fixture
+def listener(transactional_db: None) -> Iterator[Listener]:
+    conn = connect_outside_django()
+    try:
+        listener = Listener(conn)
+        listener.drain()  # starts from a clean slate
+        yield listener
+    finally:
+        conn.close()

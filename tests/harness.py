@@ -102,7 +102,7 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 def spawn_worker(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``manage.py awa_worker ARGS`` on the test database; output goes to ``log``."""
-    out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+    out = open(log, "wb") if log is not None else subprocess.DEVNULL
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "awa_worker", *args],
         cwd=ROOT,

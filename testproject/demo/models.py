@@ -14,3 +14,6 @@ class Execution(models.Model):
 
     class Meta:
         db_table = "demo_execution"
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} (pid {self.pid})"
