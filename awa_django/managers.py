@@ -347,7 +347,7 @@ class JobManager(models.Manager["Job"]):
             unique=unique,
         )
         alias = self._alias()
-        params = {
+        params: dict[str, Any] = {
             "kind": row.kind,
             "queue": row.queue,
             "args": row.args_json,

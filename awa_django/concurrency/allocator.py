@@ -1,0 +1,288 @@
+"""The per-worker capacity plan the dispatchers ask for permits.
+
+Two modes, fixed when the worker starts:
+
+* hard-reserved (no global maximum): each queue has its own `Slots` of `max_workers`;
+* weighted (global maximum set): each queue has local `Slots` of `min_workers`,
+  guaranteed, plus a share of one `OverflowPool` of
+  `global_max_workers - sum(min_workers)` permits, split by weight.
+  `max_workers` is ignored in weighted mode.
+
+Invariants: a queue's `in_flight` is the number of its permits not yet released; in
+hard mode it never grows past `max_workers`, in weighted mode the sum over all queues
+never grows past `global_max_workers`. A `reconfigure` that shrinks a limit keeps the
+permits already held, and nothing new is granted until the count is back under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from awa_django.concurrency.limits import QueueLimits, QueueLimitsLike
+from awa_django.concurrency.permits import Permit, PermitKind
+from awa_django.concurrency.pool import OverflowPool
+from awa_django.concurrency.slots import Slots
+from awa_django.concurrency.validation import validate_capacity
+from awa_django.exceptions import ConfigurationError
+
+Mode = Literal["hard_reserved", "weighted"]
+"""The values of `models.ConcurrencyMode`."""
+
+
+@dataclass(frozen=True)
+class HardReserved:
+    """A queue's capacity in hard-reserved mode."""
+
+    max_workers: int
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """A queue's capacity in weighted mode; `overflow_held` is its current take of the pool."""
+
+    min_workers: int
+    weight: int
+    overflow_held: int
+
+
+Capacity = HardReserved | Weighted
+
+
+def _frozen(limits: QueueLimitsLike) -> QueueLimits:
+    """A copy, so a model row edited after validation cannot change what is reported."""
+    return QueueLimits(
+        max_workers=limits.max_workers,
+        min_workers=limits.min_workers,
+        weight=limits.weight,
+        rate_limit=limits.rate_limit,
+        rate_burst=limits.rate_burst,
+    )
+
+
+class _QueueState:
+    """One queue's local slots. Kept after the queue is removed, so that its outstanding
+    permits still have somewhere to go back to and a re-added queue counts them."""
+
+    __slots__ = ("active", "limits", "slots")
+
+    def __init__(self, limits: QueueLimitsLike, capacity: int) -> None:
+        self.limits = _frozen(limits)
+        self.slots = Slots(capacity)
+        self.active = True
+
+
+class Allocator:
+    """Hands out `Permit`s per queue without ever blocking.
+
+    Build it with `Allocator(global_max_workers, queues)` (the mode follows from
+    whether `global_max_workers` is None), or `Allocator.hard_reserved(...)` /
+    `Allocator.weighted(...)`. The configuration is validated with `validate_capacity`.
+    Set `on_release` to be told (with the queue name) each time a permit comes back,
+    e.g. to wake dispatchers waiting for capacity.
+    """
+
+    def __init__(self, global_max_workers: int | None, queues: Mapping[str, QueueLimitsLike]) -> None:
+        validate_capacity(global_max_workers, queues)
+        self._global_max_workers = global_max_workers
+        self._queues: dict[str, _QueueState] = {}
+        self._pool: OverflowPool | None = None
+        self.on_release: Callable[[str], None] | None = None
+        if global_max_workers is None:
+            for name, limits in queues.items():
+                self._queues[name] = _QueueState(limits, limits.max_workers)
+        else:
+            for name, limits in queues.items():
+                self._queues[name] = _QueueState(limits, limits.min_workers)
+            self._pool = OverflowPool(*self._pool_config(global_max_workers, queues))
+
+    @classmethod
+    def hard_reserved(cls, max_workers: Mapping[str, int]) -> Allocator:
+        """Hard-reserved mode from `{queue: max_workers}`."""
+        return cls(None, {name: QueueLimits(max_workers=n) for name, n in max_workers.items()})
+
+    @classmethod
+    def weighted(cls, global_max_workers: int, queues: Mapping[str, QueueLimitsLike]) -> Allocator:
+        """Weighted mode; each queue's `min_workers` and `weight` are used, `max_workers` is ignored."""
+        return cls(global_max_workers, queues)
+
+    # --- reading -----------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode:
+        return "hard_reserved" if self._pool is None else "weighted"
+
+    @property
+    def global_max_workers(self) -> int | None:
+        return self._global_max_workers
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The configured queues (not those removed by `reconfigure`)."""
+        return tuple(name for name, state in self._queues.items() if state.active)
+
+    @property
+    def total_in_flight(self) -> int:
+        """Permits not yet released, over every queue (removed ones included)."""
+        return sum(self._in_flight(state, name) for name, state in self._queues.items())
+
+    def capacity(self, queue: str) -> Capacity:
+        state = self._active(queue)
+        if self._pool is None:
+            return HardReserved(max_workers=state.limits.max_workers)
+        return Weighted(
+            min_workers=state.limits.min_workers,
+            weight=state.limits.weight,
+            overflow_held=self._overflow_held(queue),
+        )
+
+    def in_flight(self, queue: str) -> int:
+        """The queue's permits not yet released; a queue removed by `reconfigure` is
+        known here until its last permit is released."""
+        if queue not in self._queues:
+            raise self._unknown(queue)
+        return self._in_flight(self._queues[queue], queue)
+
+    def available(self, queue: str) -> int:
+        """How many permits `try_acquire(queue, n)` would grant now for a large `n` (0 once removed)."""
+        if queue not in self._queues:
+            raise self._unknown(queue)
+        state = self._queues[queue]
+        if not state.active:
+            return 0
+        if self._pool is None:
+            return state.slots.available
+        return min(self._headroom(), state.slots.available + self._pool.grantable(queue))
+
+    def snapshot(self) -> dict[str, dict[str, int | str]]:
+        """`{queue: {mode, capacity fields, in_flight, available}}` for the configured queues, JSON-ready."""
+        return {
+            name: {
+                "mode": self.mode,
+                **asdict(self.capacity(name)),
+                "in_flight": self.in_flight(name),
+                "available": self.available(name),
+            }
+            for name in self.queues
+        }
+
+    # --- changing ----------------------------------------------------------------
+
+    def try_acquire(self, queue: str, wanted: int) -> list[Permit]:
+        """Up to `wanted` permits for `queue`, possibly none; never blocks.
+
+        Weighted mode takes local slots first and asks the overflow pool for the rest,
+        recording that as the queue's demand. The list holds local permits before
+        overflow ones, so a caller dropping its surplus from the end (`permits[n:]`)
+        gives shared capacity back first.
+        """
+        state = self._active(queue)
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
+            raise ValueError(f"wanted must be an integer of at least 0, got {wanted!r}")
+        if self._pool is None:
+            return self._permits(queue, "hard", state.slots.try_acquire(wanted))
+        headroom = self._headroom()
+        local = state.slots.try_acquire(min(wanted, headroom))
+        headroom -= local
+        # The whole rest is recorded as demand even when the headroom is spent: the queue contends.
+        overflow = self._pool.try_acquire(queue, wanted - local)
+        if overflow > headroom:  # only after a reconfigure left more in flight than the global maximum
+            self._pool.release(queue, overflow - headroom)
+            overflow = headroom
+        return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
+
+    def clear_demand(self, queue: str) -> None:
+        """The queue found nothing to claim: stop counting it as a contender for the pool."""
+        self._active(queue)
+        if self._pool is not None:
+            self._pool.try_acquire(queue, 0)
+
+    def reconfigure(self, global_max_workers: int | None, queues: Mapping[str, QueueLimitsLike]) -> None:
+        """Apply new limits live; queues may be added or removed.
+
+        Validated first: on invalid input this raises and the old configuration stays.
+        The mode cannot change while running (ConfigurationError). Permits already held
+        stay held and are released normally, also those of a removed queue.
+        """
+        validate_capacity(global_max_workers, queues)
+        if (global_max_workers is None) != (self._pool is None):
+            wanted_mode = "hard-reserved" if global_max_workers is None else "weighted"
+            raise ConfigurationError(
+                f"cannot switch to {wanted_mode} mode while the worker runs "
+                "(global_max_workers set or unset); restart the worker"
+            )
+        for name, state in self._queues.items():
+            state.active = name in queues
+        for name, limits in queues.items():
+            capacity = limits.max_workers if global_max_workers is None else limits.min_workers
+            existing = self._queues.get(name)
+            if existing is None:
+                self._queues[name] = _QueueState(limits, capacity)
+            else:  # a re-added queue keeps its state, so its outstanding permits still count
+                existing.limits = _frozen(limits)
+                existing.slots.resize(capacity)
+        self._global_max_workers = global_max_workers
+        if self._pool is not None and global_max_workers is not None:
+            self._pool.reconfigure(*self._pool_config(global_max_workers, queues))
+        # Drop removed queues once nothing of theirs is outstanding.
+        for name in [n for n, s in self._queues.items() if not s.active and self._in_flight(s, n) == 0]:
+            del self._queues[name]
+
+    # --- helpers -----------------------------------------------------------------
+
+    @staticmethod
+    def _pool_config(global_max_workers: int, queues: Mapping[str, QueueLimitsLike]) -> tuple[int, dict[str, int]]:
+        total = global_max_workers - sum(limits.min_workers for limits in queues.values())
+        return total, {name: limits.weight for name, limits in queues.items()}
+
+    def _headroom(self) -> int:
+        """Weighted mode: how far the total in flight is below the global maximum."""
+        assert self._global_max_workers is not None
+        return max(0, self._global_max_workers - self.total_in_flight)
+
+    def _in_flight(self, state: _QueueState, queue: str) -> int:
+        return state.slots.in_use + self._overflow_held(queue)
+
+    def _overflow_held(self, queue: str) -> int:
+        if self._pool is None:
+            return 0
+        try:
+            return self._pool.held(queue)
+        except KeyError:  # removed from the pool, and holds nothing there
+            return 0
+
+    def _permits(self, queue: str, kind: PermitKind, n: int) -> list[Permit]:
+        if kind == "overflow":
+            pool = self._pool
+            assert pool is not None
+
+            def give_back() -> None:
+                pool.release(queue, 1)
+                self._released(queue)
+
+        else:
+            slots = self._queues[queue].slots
+
+            def give_back() -> None:
+                slots.release(1)
+                self._released(queue)
+
+        return [Permit(queue, kind, give_back) for _ in range(n)]
+
+    def _released(self, queue: str) -> None:
+        state = self._queues.get(queue)
+        if state is not None and not state.active and self._in_flight(state, queue) == 0:
+            del self._queues[queue]  # a removed queue's last permit is back: forget it
+        if self.on_release is not None:
+            self.on_release(queue)
+
+    def _active(self, queue: str) -> _QueueState:
+        state = self._queues.get(queue)
+        if state is None or not state.active:
+            raise self._unknown(queue)
+        return state
+
+    def _unknown(self, queue: str) -> KeyError:
+        known = ", ".join(repr(q) for q in self.queues) or "none"
+        return KeyError(f"queue {queue!r} is not configured in this worker (its queues: {known})")
