@@ -1,0 +1,111 @@
+"""System checks: each bad configuration gets its stable id and a hint that names the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.checks import Error, Warning, run_checks
+from django.test import override_settings
+
+from awa_django.checks import check_postgres, check_settings
+
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+
+SQLITE = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+
+
+def with_alias(alias: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {**settings.DATABASES, alias: config}
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m.id for m in messages]
+
+
+def test_checks__default_testproject_settings_are_clean() -> None:
+    assert check_postgres() == []
+    assert check_settings() == []
+
+
+def test_check_postgres__non_postgres_alias_is_e001_with_a_hint() -> None:
+    with override_settings(DATABASES=with_alias("legacy", SQLITE)):
+        messages = check_postgres()
+
+    assert ids(messages) == ["awa.E001"]
+    (error,) = messages
+    assert isinstance(error, Error)
+    assert error.obj == "legacy"
+    assert "'legacy'" in error.msg
+    assert "'django.db.backends.sqlite3'" in error.msg
+    assert "PostgreSQL" in error.msg
+    assert error.hint is not None
+    assert "django.db.backends.postgresql" in error.hint
+
+
+@pytest.mark.parametrize("engine", ["django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis"])
+def test_check_postgres__postgres_engines_pass(engine: str) -> None:
+    with override_settings(DATABASES=with_alias("replica", {**SQLITE, "ENGINE": engine})):
+        assert check_postgres() == []
+
+
+def test_check_postgres__e001_is_reported_by_django_run_checks() -> None:
+    with override_settings(DATABASES=with_alias("legacy", SQLITE)):
+        messages = [m for m in run_checks() if m.id and m.id.startswith("awa.")]
+
+    assert ids(messages) == ["awa.E001"]
+
+
+@override_settings(AWA={"DATABASE_ALIAS": "jobs"})
+def test_check_postgres__unknown_database_alias_is_e002() -> None:
+    messages = check_postgres()
+
+    assert ids(messages) == ["awa.E002"]
+    assert "'jobs'" in messages[0].msg
+    assert messages[0].hint == "use one of ['default']"
+
+
+@pytest.mark.parametrize("key", ["POLL_INTERVAL", "HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS", "SHUTDOWN_TIMEOUT"])
+@pytest.mark.parametrize("value", [0, -1, "5", True, None])
+def test_check_settings__non_positive_or_non_numeric_interval_is_e003(key: str, value: object) -> None:
+    with override_settings(AWA={key: value}):
+        messages = check_settings()
+
+    assert ids(messages) == ["awa.E003"]
+    assert f"AWA[{key!r}] is {value!r}" in messages[0].msg
+    assert "above 0" in messages[0].msg
+    assert messages[0].hint is not None
+    assert key in messages[0].hint
+
+
+@pytest.mark.parametrize("value", [0, -4, True, 2.5, "40"])
+def test_check_settings__bad_global_max_workers_is_e004(value: object) -> None:
+    with override_settings(AWA={"GLOBAL_MAX_WORKERS": value}):
+        messages = check_settings()
+
+    assert ids(messages) == ["awa.E004"]
+    assert f"AWA['GLOBAL_MAX_WORKERS'] is {value!r}" in messages[0].msg
+    assert "at least 1" in messages[0].msg
+    assert messages[0].hint
+
+
+def test_check_settings__unknown_key_is_w001_naming_it() -> None:
+    with override_settings(AWA={"GLOBAL_MAX_WORKER": 40}):  # a typo of GLOBAL_MAX_WORKERS
+        messages = check_settings()
+
+    assert ids(messages) == ["awa.W001"]
+    assert isinstance(messages[0], Warning)
+    assert "'GLOBAL_MAX_WORKER'" in messages[0].msg
+    assert messages[0].hint is not None
+    assert "GLOBAL_MAX_WORKERS" in messages[0].hint
+
+
+@override_settings(AWA={"GLOBAL_MAX_WORKERS": 40, "POLL_INTERVAL": 0.25, "HEARTBEAT_INTERVAL": 2})
+def test_check_settings__valid_settings_pass() -> None:
+    assert check_settings() == []
+
+
+@override_settings(AWA={"GLOBAL_MAX_WORKERS": 0, "POLL_INTERVAL": -1, "BOGUS": 1})
+def test_check_settings__reports_every_problem_at_once() -> None:
+    assert sorted(ids(check_settings())) == ["awa.E003", "awa.E004", "awa.W001"]

@@ -1,0 +1,179 @@
+"""Job.objects.enqueue_many: COPY in the caller's transaction, all or nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from awa_django import managers
+from awa_django.exceptions import InvalidJobError
+from awa_django.models import Job, JobState
+from tests.conftest import count_jobs
+
+
+class RollbackError(Exception):
+    pass
+
+
+def specs(n: int, **extra: Any) -> Iterator[dict[str, Any]]:
+    return ({"kind": "noop", "args": {"i": i}, **extra} for i in range(n))
+
+
+@pytest.mark.django_db
+def test_enqueue_many__returns_count_and_writes_every_row() -> None:
+    count = Job.objects.enqueue_many(list(specs(5)))
+
+    assert count == 5
+    assert sorted(Job.objects.values_list("args__i", flat=True)) == [0, 1, 2, 3, 4]
+    assert set(Job.objects.values_list("state", "queue", "priority", "max_attempts", "attempt")) == {
+        (JobState.AVAILABLE, "default", 2, 25, 0)
+    }
+
+
+@pytest.mark.django_db
+def test_enqueue_many__accepts_a_generator() -> None:
+    assert Job.objects.enqueue_many(specs(3)) == 3
+    assert Job.objects.count() == 3
+
+
+@pytest.mark.django_db
+def test_enqueue_many__empty_input_writes_nothing() -> None:
+    assert Job.objects.enqueue_many([]) == 0
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_enqueue_many__per_spec_options_are_honoured() -> None:
+    later = timezone.now() + timedelta(hours=2)
+    earlier = timezone.now() - timedelta(hours=2)
+
+    Job.objects.enqueue_many(
+        [
+            {
+                "kind": "a",
+                "args": {"n": 1},
+                "queue": "emails",
+                "priority": 1,
+                "max_attempts": 3,
+                "metadata": {"m": "x"},
+                "tags": ["t1", "t2"],
+            },
+            {"kind": "b", "queue": "reports", "priority": 4, "max_attempts": 1000, "run_at": later},
+            {"kind": "c", "run_at": earlier},
+            {"kind": "d", "run_at": None},
+        ]
+    )
+
+    rows = {job.kind: job for job in Job.objects.all()}
+    a, b, c, d = rows["a"], rows["b"], rows["c"], rows["d"]
+    assert (a.args, a.queue, a.priority, a.max_attempts, a.metadata, a.tags, a.state) == (
+        {"n": 1},
+        "emails",
+        1,
+        3,
+        {"m": "x"},
+        ["t1", "t2"],
+        JobState.AVAILABLE,
+    )
+    assert (b.queue, b.priority, b.max_attempts, b.state, b.run_at) == ("reports", 4, 1000, JobState.SCHEDULED, later)
+    assert (c.state, c.run_at) == (JobState.AVAILABLE, earlier)
+    assert d.state == JobState.AVAILABLE
+    assert (d.args, d.metadata, d.tags, d.errors, d.unique_key, d.run_lease) == ({}, {}, [], [], None, 0)
+
+
+@pytest.mark.django_db
+def test_enqueue_many__rows_match_what_enqueue_would_write() -> None:
+    single = Job.objects.enqueue("noop", {"x": 1}, queue="q", priority=3, tags=["t"], metadata={"k": 1})
+    Job.objects.enqueue_many(
+        [{"kind": "noop", "args": {"x": 1}, "queue": "q", "priority": 3, "tags": ["t"], "metadata": {"k": 1}}]
+    )
+
+    compared = [
+        "kind",
+        "queue",
+        "args",
+        "state",
+        "priority",
+        "attempt",
+        "max_attempts",
+        "errors",
+        "metadata",
+        "tags",
+        "progress",
+        "unique_key",
+        "unique_states",
+        "run_lease",
+        "attempted_at",
+        "finalized_at",
+    ]
+    bulk = Job.objects.exclude(pk=single.pk).values(*compared).get()
+    assert Job.objects.filter(pk=single.pk).values(*compared).get() == bulk
+
+
+def test_enqueue_many__ten_thousand_in_atomic_appear_only_at_commit(
+    other_connection: psycopg.Connection[Any],
+) -> None:
+    with transaction.atomic():
+        assert Job.objects.enqueue_many(specs(10_000)) == 10_000
+        assert Job.objects.count() == 10_000
+        assert count_jobs(other_connection) == 0
+
+    assert count_jobs(other_connection) == 10_000
+    assert count_jobs(other_connection, state="available") == 10_000
+
+
+def test_enqueue_many__ten_thousand_rolled_back_leave_nothing(other_connection: psycopg.Connection[Any]) -> None:
+    with pytest.raises(RollbackError), transaction.atomic():
+        Job.objects.enqueue_many(specs(10_000))
+        assert count_jobs(other_connection) == 0
+        raise RollbackError
+
+    assert count_jobs(other_connection) == 0
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_enqueue_many__one_bad_spec_rejects_the_whole_call() -> None:
+    bad = [*specs(10_000)]
+    bad[7_345] = {"kind": "noop", "priority": 9}
+
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue_many(bad)
+
+    assert caught.value.index == 7_345
+    assert str(caught.value).startswith("job spec #7345: priority=9: must be an integer from 1 to 4")
+    assert Job.objects.count() == 0
+
+
+def test_enqueue_many__spans_several_copy_batches_atomically(
+    other_connection: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(managers, "COPY_BATCH_SIZE", 7)
+
+    assert Job.objects.enqueue_many(specs(50)) == 50
+
+    assert count_jobs(other_connection) == 50
+
+
+def test_enqueue_many__outside_atomic_commits_on_its_own(other_connection: psycopg.Connection[Any]) -> None:
+    Job.objects.enqueue_many(specs(3))
+
+    assert count_jobs(other_connection) == 3
+
+
+def test_enqueue_many__inside_atomic_joins_the_callers_transaction(
+    other_connection: psycopg.Connection[Any],
+) -> None:
+    with pytest.raises(RollbackError), transaction.atomic():
+        Job.objects.enqueue("noop")
+        Job.objects.enqueue_many(specs(3))
+        assert Job.objects.count() == 4
+        raise RollbackError
+
+    assert count_jobs(other_connection) == 0

@@ -1,0 +1,238 @@
+"""Every bad input is refused with InvalidJobError before anything is written.
+
+Each case names the field, the value's repr that must appear in the message, and the part of the
+message that states the rule (the allowed range or type). Every case runs through ``enqueue`` and
+through ``enqueue_many`` (behind a valid spec, so the error must name index 1).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from awa_django.exceptions import InvalidJobError
+from awa_django.managers import UniqueOptions
+from awa_django.models import Job
+
+NAIVE = datetime(2030, 1, 1, 12, 0)  # naive on purpose
+LONG = "x" * 256
+
+# (id, enqueue kwargs, field named in the error, rule fragment of the message)
+BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
+    ("args-object", {"args": object()}, "args", "must be a dict"),
+    ("args-list", {"args": [1, 2]}, "args", "must be a dict (JSON object), not list"),
+    ("args-str", {"args": "user_id=1"}, "args", "not str"),
+    ("args-value-object", {"args": {"user": object()}}, "args", "not JSON-serialisable"),
+    ("args-set", {"args": {"ids": {1, 2}}}, "args", "not JSON-serialisable"),
+    ("args-nan", {"args": {"x": float("nan")}}, "args", "not JSON-serialisable"),
+    ("args-inf", {"args": {"x": float("inf")}}, "args", "not JSON-serialisable"),
+    ("args-int-key", {"args": {1: "a"}}, "args", "keys must be strings; 1 is not"),
+    ("args-nested-int-key", {"args": {"a": [{2: "b"}]}}, "args", "keys must be strings; 2 is not"),
+    ("args-tuple-key", {"args": {"a": {(1, 2): "b"}}}, "args", "not JSON-serialisable"),
+    ("args-nul", {"args": {"s": "a\x00b"}}, "args", "NUL"),
+    ("args-nul-key", {"args": {"a": {"k\x00": 1}}}, "args", "NUL"),
+    ("kind-empty", {"kind": ""}, "kind", "must be a non-empty string"),
+    ("kind-whitespace", {"kind": " \t "}, "kind", "must be a non-empty string"),
+    ("kind-none", {"kind": None}, "kind", "must be a non-empty string"),
+    ("kind-int", {"kind": 5}, "kind", "must be a non-empty string"),
+    ("kind-too-long", {"kind": LONG}, "kind", "is 256 characters long; the limit is 255"),
+    ("kind-nul", {"kind": "no\x00op"}, "kind", "NUL"),
+    ("queue-empty", {"queue": ""}, "queue", "must be a non-empty string"),
+    ("queue-whitespace", {"queue": "  "}, "queue", "must be a non-empty string"),
+    ("queue-too-long", {"queue": LONG}, "queue", "is 256 characters long; the limit is 255"),
+    ("queue-nul", {"queue": "q\x00"}, "queue", "NUL"),
+    ("priority-0", {"priority": 0}, "priority", "must be an integer from 1 to 4"),
+    ("priority-5", {"priority": 5}, "priority", "must be an integer from 1 to 4"),
+    ("priority-true", {"priority": True}, "priority", "must be an integer from 1 to 4"),
+    ("priority-str", {"priority": "2"}, "priority", "must be an integer from 1 to 4"),
+    ("priority-float", {"priority": 2.0}, "priority", "must be an integer from 1 to 4"),
+    ("priority-none", {"priority": None}, "priority", "must be an integer from 1 to 4"),
+    ("max-attempts-0", {"max_attempts": 0}, "max_attempts", "must be an integer from 1 to 1000"),
+    ("max-attempts-1001", {"max_attempts": 1001}, "max_attempts", "must be an integer from 1 to 1000"),
+    ("max-attempts-false", {"max_attempts": False}, "max_attempts", "must be an integer from 1 to 1000"),
+    ("run-at-naive", {"run_at": NAIVE}, "run_at", "is naive but USE_TZ is on"),
+    ("run-at-str", {"run_at": "2030-01-01T00:00:00Z"}, "run_at", "must be a datetime or None"),
+    ("run-at-date-number", {"run_at": 1_900_000_000}, "run_at", "must be a datetime or None"),
+    ("tags-33", {"tags": [f"t{i}" for i in range(33)]}, "tags", "has 33 tags; the limit is 32"),
+    ("tags-str", {"tags": "urgent"}, "tags", "must be a list of strings"),
+    ("tags-int", {"tags": 3}, "tags", "must be a list of strings"),
+    ("tags-int-item", {"tags": ["ok", 3]}, "tags", "tag 3 must be a non-empty string"),
+    ("tags-none-item", {"tags": [None]}, "tags", "tag None must be a non-empty string"),
+    ("tags-empty-item", {"tags": [""]}, "tags", "tag '' must be a non-empty string"),
+    ("tags-too-long-item", {"tags": [LONG]}, "tags", "at most 255 characters"),
+    ("tags-nul-item", {"tags": ["a\x00"]}, "tags", "without NUL"),
+    ("metadata-list", {"metadata": ["x"]}, "metadata", "must be a dict (JSON object), not list"),
+    ("metadata-object", {"metadata": {"x": object()}}, "metadata", "not JSON-serialisable"),
+    ("unique-str", {"unique": "yes"}, "unique", "must be True, a dict of options or UniqueOptions"),
+    ("unique-int", {"unique": 1}, "unique", "must be True, a dict of options or UniqueOptions"),
+    ("unique-unknown-option", {"unique": {"by_arg": True}}, "unique", "unknown option(s) ['by_arg']"),
+    ("unique-by-args-str", {"unique": {"by_args": "no"}}, "unique.by_args", "must be True or False"),
+    ("unique-by-queue-int", {"unique": {"by_queue": 1}}, "unique.by_queue", "must be True or False"),
+    ("unique-period-0", {"unique": {"by_period": 0}}, "unique.by_period", "must be a positive number of seconds"),
+    ("unique-period-negative", {"unique": {"by_period": -60}}, "unique.by_period", "positive number"),
+    ("unique-period-str", {"unique": {"by_period": "1h"}}, "unique.by_period", "positive number"),
+    ("unique-period-nan", {"unique": {"by_period": float("nan")}}, "unique.by_period", "positive number"),
+    (
+        "unique-period-negative-timedelta",
+        {"unique": UniqueOptions(by_period=timedelta(seconds=-1))},
+        "unique.by_period",
+        "positive number",
+    ),
+    ("unique-states-unknown", {"unique": {"states": ["available", "done"]}}, "unique.states", "subset of"),
+    ("unique-states-empty", {"unique": {"states": []}}, "unique.states", "must be a non-empty subset"),
+    ("unique-states-str", {"unique": {"states": "available"}}, "unique.states", "subset of"),
+    ("unique-states-none", {"unique": {"states": None}}, "unique.states", "subset of"),
+    ("unique-options-states", {"unique": UniqueOptions(states=("finished",))}, "unique.states", "subset of"),
+]
+
+
+def _bad_value(kwargs: dict[str, Any], field: str) -> Any:
+    """The offending value, as the message must show it."""
+    top, _, option = field.partition(".")
+    value = kwargs[top]
+    if option:
+        value = getattr(value, option) if isinstance(value, UniqueOptions) else value[option]
+        if option == "states" and isinstance(value, list):
+            value = tuple(value)  # the options hold the states as a tuple
+    return value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("kwargs", "field", "rule"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_enqueue__bad_input_is_refused_before_writing(kwargs: dict[str, Any], field: str, rule: str) -> None:
+    call = {"kind": "noop", **kwargs}
+    kind = call.pop("kind")
+
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue(kind, **call)
+
+    error = caught.value
+    assert error.field == field
+    assert error.index is None
+    assert f"{field}={_bad_value(kwargs, field)!r}" in str(error)
+    assert rule in str(error)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("kwargs", "field", "rule"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_enqueue_many__bad_spec_is_refused_before_writing(kwargs: dict[str, Any], field: str, rule: str) -> None:
+    specs = [{"kind": "noop"}, {"kind": "noop", **kwargs}, {"kind": "noop"}]
+
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue_many(specs)
+
+    error = caught.value
+    assert (error.field, error.index) == (field, 1)
+    assert str(error).startswith(f"job spec #1: {field}={_bad_value(kwargs, field)!r}")
+    assert rule in str(error)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("spec", "rule"),
+    [
+        pytest.param(["noop"], "must be a dict of enqueue() arguments", id="not-a-dict"),
+        pytest.param({"kind": "noop", "prio": 1}, "unknown key(s) ['prio']", id="unknown-key"),
+        pytest.param({"args": {}}, "is required", id="missing-kind"),
+    ],
+)
+def test_enqueue_many__malformed_spec_is_refused(spec: Any, rule: str) -> None:
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue_many([{"kind": "noop"}, spec])
+
+    assert caught.value.index == 1
+    assert str(caught.value).startswith("job spec #1: ")
+    assert rule in str(caught.value)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_enqueue__limits_themselves_are_accepted() -> None:
+    Job.objects.enqueue("k" * 255, queue="q" * 255, priority=1, max_attempts=1, tags=["t" * 255] * 32)
+    Job.objects.enqueue("noop", priority=4, max_attempts=1000, args={"s": "\\u0000 is not a NUL"})
+
+    assert Job.objects.count() == 2
+    assert Job.objects.filter(args__s="\\u0000 is not a NUL").exists()
+
+
+@pytest.mark.django_db
+def test_enqueue__tuples_and_nested_values_are_stored_as_json() -> None:
+    job = Job.objects.enqueue("noop", {"pair": (1, 2), "nested": {"list": [{"a": None}], "f": 1.5, "b": True}})
+
+    assert Job.objects.get(pk=job.pk).args == {"pair": [1, 2], "nested": {"list": [{"a": None}], "f": 1.5, "b": True}}
+
+
+@pytest.mark.django_db
+@override_settings(AWA={"MAX_TAGS": 2, "MAX_TAG_LENGTH": 3})
+def test_enqueue__tag_limits_follow_settings() -> None:
+    with pytest.raises(InvalidJobError, match="has 3 tags; the limit is 2"):
+        Job.objects.enqueue("noop", tags=["a", "b", "c"])
+    with pytest.raises(InvalidJobError, match="at most 3 characters"):
+        Job.objects.enqueue("noop", tags=["abcd"])
+
+    Job.objects.enqueue("noop", tags=["abc", "d"])
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+@override_settings(USE_TZ=False)
+def test_enqueue__naive_run_at_is_accepted_when_use_tz_is_off() -> None:
+    run_at = datetime.now() + timedelta(hours=1)  # naive: USE_TZ is off
+
+    job = Job.objects.enqueue("noop", run_at=run_at)
+
+    assert job.state == "scheduled"
+
+
+@pytest.mark.django_db
+def test_enqueue__an_invalid_call_inside_a_transaction_leaves_it_usable() -> None:
+    with transaction.atomic():
+        kept = Job.objects.enqueue("noop")
+        with pytest.raises(InvalidJobError):
+            Job.objects.enqueue("noop", priority=9)
+        also_kept = Job.objects.enqueue("noop")
+
+    assert set(Job.objects.values_list("pk", flat=True)) == {kept.pk, also_kept.pk}
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    priority=st.one_of(st.integers(-3, 8), st.booleans()),
+    max_attempts=st.one_of(st.integers(-2, 1003), st.sampled_from([1, 1000, 0, 1001, 32767, 32768])),
+)
+def test_enqueue__accepted_iff_priority_and_max_attempts_in_range(priority: int, max_attempts: int) -> None:
+    in_range = (
+        not isinstance(priority, bool)
+        and not isinstance(max_attempts, bool)
+        and 1 <= priority <= 4
+        and 1 <= max_attempts <= 1000
+    )
+    with transaction.atomic():
+        try:
+            job = Job.objects.enqueue("noop", priority=priority, max_attempts=max_attempts)
+        except InvalidJobError:
+            accepted = False
+        else:
+            accepted = True
+            assert (job.priority, job.max_attempts) == (priority, max_attempts)
+        assert Job.objects.count() == int(accepted)
+        transaction.set_rollback(True)
+
+    assert accepted == in_range
+
+
+@pytest.mark.django_db
+def test_enqueue__run_at_now_is_not_in_the_future() -> None:
+    job = Job.objects.enqueue("noop", run_at=timezone.now())
+
+    assert job.state == "available"
