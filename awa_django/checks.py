@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -71,4 +72,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="awa.E004",
             )
         )
+    for key in ("SYNC_THREADS", "POOL_SIZE", "MAX_TAGS", "MAX_TAG_LENGTH"):
+        value = getattr(awa_settings, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            messages.append(
+                Error(
+                    f"AWA[{key!r}] is {value!r}; it must be an integer of at least 1",
+                    hint=f"set AWA[{key!r}] to e.g. {DEFAULTS[key]!r}, or remove it for the default",
+                    id="awa.E006",
+                )
+            )
+    for key in ("COMPLETED_RETENTION", "FAILED_RETENTION"):
+        value = getattr(awa_settings, key)
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            messages.append(
+                Error(
+                    f"AWA[{key!r}] is {value!r}; it must be a timedelta or a number of seconds above 0",
+                    hint=f"set AWA[{key!r}] to e.g. timedelta(days=1), or remove it for the default",
+                    id="awa.E007",
+                )
+            )
     return messages

@@ -30,16 +30,26 @@ class InvalidJobError(AwaError, ValueError):
 class UniqueJobConflictError(AwaError):
     """A unique job already exists in one of the states its uniqueness is enforced in."""
 
-    def __init__(self, kind: str, existing_ids: Sequence[int], unique_key: str) -> None:
+    def __init__(
+        self, kind: str, existing_ids: Sequence[int], unique_key: str, *, spec_index: int | None = None
+    ) -> None:
         self.kind = kind
         self.existing_ids = list(existing_ids)
         self.existing_id = self.existing_ids[0] if self.existing_ids else None
         self.unique_key = unique_key
-        ids = ", ".join(str(i) for i in self.existing_ids) or "(committed concurrently, id not visible)"
-        super().__init__(
-            f"a unique job of kind {kind!r} already exists (job id {ids}); "
-            "wait for it to finish, or enqueue without unique= to allow duplicates"
-        )
+        self.spec_index = spec_index
+        if spec_index is not None:
+            message = (
+                f"job spec #{spec_index} of kind {kind!r} duplicates an earlier spec of the same call; "
+                "nothing was written: drop the duplicate, or enqueue without unique= to allow duplicates"
+            )
+        else:
+            ids = ", ".join(str(i) for i in self.existing_ids) or "(committed concurrently, id not visible)"
+            message = (
+                f"a unique job of kind {kind!r} already exists (job id {ids}); "
+                "wait for it to finish, or enqueue without unique= to allow duplicates"
+            )
+        super().__init__(message)
 
 
 # --- capacity configuration (the concurrency rules) ---------------------------------
@@ -63,9 +73,7 @@ class InvalidWeightError(ConfigurationError):
     def __init__(self, queue: str, weight: object) -> None:
         self.queue = queue
         self.weight = weight
-        super().__init__(
-            f"queue {queue!r}: weight {weight!r} is invalid; weight must be an integer of at least 1"
-        )
+        super().__init__(f"queue {queue!r}: weight {weight!r} is invalid; weight must be an integer of at least 1")
 
 
 class InvalidRateLimitError(ConfigurationError):
@@ -83,9 +91,7 @@ class InvalidWorkersError(ConfigurationError):
         self.field = field
         self.value = value
         self.minimum = minimum
-        super().__init__(
-            f"queue {queue!r}: {field} {value!r} is invalid; it must be an integer of at least {minimum}"
-        )
+        super().__init__(f"queue {queue!r}: {field} {value!r} is invalid; it must be an integer of at least {minimum}")
 
 
 # --- handler outcomes (raised by job handlers) --------------------------------------

@@ -214,6 +214,17 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
         raise InvalidJobError(
             "unique.states", options.states, f"must be a non-empty subset of {list(ALL_STATES)}", index=index
         )
+    # A job moves between the waiting states by itself (promotion, claim, retry): enforcing in only
+    # some of them would let two duplicates collide later inside the worker, where no caller sees it.
+    missing = [s for s in ACTIVE_STATES if s not in options.states]
+    if missing:
+        raise InvalidJobError(
+            "unique.states",
+            options.states,
+            f"must include every waiting or running state {list(ACTIVE_STATES)} (missing {missing}); "
+            "add terminal states (completed, failed, cancelled) to also refuse after a job finished",
+            index=index,
+        )
     return UniqueOptions(options.by_args, options.by_queue, period, tuple(dict.fromkeys(options.states)))
 
 
@@ -436,7 +447,7 @@ class JobManager(models.Manager["Job"]):
                 assert row.unique_states is not None
                 if state in row.unique_states:
                     if row.unique_key in indexed:
-                        raise UniqueJobConflictError(row.kind, [], row.unique_key)
+                        raise UniqueJobConflictError(row.kind, [], row.unique_key, spec_index=index)
                     indexed.add(row.unique_key)
                 keys[row.unique_key] = (state, row.unique_states)
             rows.append(

@@ -109,3 +109,21 @@ def test_check_settings__valid_settings_pass() -> None:
 @override_settings(AWA={"GLOBAL_MAX_WORKERS": 0, "POLL_INTERVAL": -1, "BOGUS": 1})
 def test_check_settings__reports_every_problem_at_once() -> None:
     assert sorted(ids(check_settings())) == ["awa.E003", "awa.E004", "awa.W001"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "check_id"),
+    [
+        ("SYNC_THREADS", 0, "awa.E006"),
+        ("POOL_SIZE", "4", "awa.E006"),
+        ("MAX_TAGS", -1, "awa.E006"),
+        ("COMPLETED_RETENTION", 0, "awa.E007"),
+        ("FAILED_RETENTION", "7d", "awa.E007"),
+    ],
+)
+def test_check_settings__bad_sizes_and_retention_are_errors(key: str, value: object, check_id: str) -> None:
+    with override_settings(AWA={key: value}):
+        messages = [m for m in check_settings() if m.id == check_id]
+    assert len(messages) == 1
+    assert repr(value) in messages[0].msg and key in messages[0].msg
+    assert messages[0].hint

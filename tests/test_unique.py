@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from awa_django import managers
-from awa_django.exceptions import UniqueJobConflictError
+from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.managers import UniqueOptions
 from awa_django.models import Job, JobState
 from tests.conftest import count_jobs
@@ -129,7 +129,7 @@ def test_unique__finished_job_allows_a_new_one(state: str) -> None:
 
 @pytest.mark.django_db
 def test_unique__states_including_completed_refuse_after_completion() -> None:
-    unique = {"states": ["available", "running", "completed"]}
+    unique = {"states": [*managers.ACTIVE_STATES, "completed"]}
     first = Job.objects.enqueue("noop", unique=unique)
     finish(first, "completed")
 
@@ -144,9 +144,9 @@ def test_unique__states_including_completed_refuse_after_completion() -> None:
 
 @pytest.mark.django_db
 def test_unique__states_are_stored_on_the_row() -> None:
-    job = Job.objects.enqueue("noop", unique=UniqueOptions(states=("available", "available", "running")))
+    job = Job.objects.enqueue("noop", unique=UniqueOptions(states=(*managers.ACTIVE_STATES, "available", "failed")))
 
-    assert Job.objects.get(pk=job.pk).unique_states == ["available", "running"]
+    assert Job.objects.get(pk=job.pk).unique_states == [*managers.ACTIVE_STATES, "failed"]
     assert Job.objects.get(pk=Job.objects.enqueue("sleep", unique=True).pk).unique_states == list(
         managers.ACTIVE_STATES
     )
@@ -220,19 +220,15 @@ def test_enqueue_many__duplicate_within_the_call_writes_nothing() -> None:
 
 
 @pytest.mark.django_db
-def test_enqueue_many__specs_outside_their_unique_states_do_not_collide() -> None:
-    later = timezone.now() + timedelta(hours=1)
-    only_available = {"states": ["available"]}
+def test_unique__states_must_cover_every_waiting_state() -> None:
+    # Enforcing in "available" only would let two scheduled duplicates collide at promotion,
+    # inside the worker, where no caller would see the error.
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue_many([{"kind": "noop", "unique": {"states": ["available"]}}])
 
-    count = Job.objects.enqueue_many(
-        [
-            {"kind": "noop", "run_at": later, "unique": only_available},  # scheduled: not enforced
-            {"kind": "noop", "unique": only_available},
-        ]
-    )
-
-    assert count == 2
-    assert sorted(Job.objects.values_list("state", flat=True)) == ["available", "scheduled"]
+    assert "unique.states" in str(caught.value)
+    assert "scheduled" in str(caught.value) and "retryable" in str(caught.value)
+    assert Job.objects.count() == 0
 
 
 @pytest.mark.django_db

@@ -62,7 +62,14 @@ class Maintenance:
                     if self.is_leader:
                         logger.info("this worker is now the maintenance leader instance=%s", worker.instance_id)
                 if self.is_leader:
-                    await self.run_once(self.conn)
+                    try:
+                        await self.run_once(self.conn)
+                    except psycopg.DatabaseError as exc:
+                        if isinstance(exc, TRANSIENT_ERRORS):
+                            raise
+                        # A statement the database refused (a constraint, a timeout): say so and
+                        # try again next round; the worker's jobs keep running meanwhile.
+                        logger.error("maintenance round failed: %r", exc, exc_info=exc)
                 backoff.reset()
                 await worker._sleep(worker.config.maintenance_interval)
             except TRANSIENT_ERRORS as exc:
