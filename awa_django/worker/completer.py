@@ -11,6 +11,7 @@ attempts keep their slots meanwhile.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from typing import Any
@@ -64,10 +65,10 @@ class Completer:
                 complete, self._complete = self._complete[:MAX_BATCH], self._complete[MAX_BATCH:]
                 final, self._final = self._final[:MAX_BATCH], self._final[MAX_BATCH:]
                 if complete:
-                    written = await retrying("complete_jobs", lambda c=complete: self._write_complete(c))
+                    written = await retrying("complete_jobs", functools.partial(self._write_complete, complete))
                     self._answer([(job, fut) for job, fut in complete], written)
                 if final:
-                    written = await retrying("finalize_jobs", lambda f=final: self._write_final(f))
+                    written = await retrying("finalize_jobs", functools.partial(self._write_final, final))
                     self._answer([(job, fut) for job, _, _, fut in final], written)
             self._idle.set()
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from awa_django.concurrency import Permit, TokenBucket, release_all
 from awa_django.sql import statements
@@ -129,7 +129,7 @@ class Dispatcher:
         self.hungry = unfilled == 0
         return 0 if self.hungry else worker.config.poll_interval
 
-    async def _claim(self, limit: int) -> list[tuple[object, ...]]:
+    async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)
         params = {"queue": self.queue, "limit": limit, "deadline": deadline}
         async with self.worker.pool.connection() as conn:

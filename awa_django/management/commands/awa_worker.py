@@ -96,24 +96,20 @@ class Command(BaseCommand):
             bad = [q for q in queues if not q.strip() or len(q) > 255]
             if bad:
                 raise CommandError(f"invalid queue name {bad[0]!r}: use 1 to 255 characters")
-        rows = list(
-            Queue.objects.values(
-                "name",
-                "max_workers",
-                "min_workers",
-                "weight",
-                "rate_limit",
-                "rate_burst",
-                "paused",
-                "deadline",
-                "priority_aging",
-            )
-        )
-        for row in rows:
-            row["deadline_seconds"] = row["deadline"].total_seconds() if row["deadline"] else None
-            row["priority_aging_seconds"] = (
-                row["priority_aging"].total_seconds() if row["priority_aging"] else None
-            )
+        rows: list[dict[str, Any]] = [
+            {
+                "name": queue.name,
+                "max_workers": queue.max_workers,
+                "min_workers": queue.min_workers,
+                "weight": queue.weight,
+                "rate_limit": queue.rate_limit,
+                "rate_burst": queue.rate_burst,
+                "paused": queue.paused,
+                "deadline_seconds": queue.deadline.total_seconds() if queue.deadline else None,
+                "priority_aging_seconds": queue.priority_aging.total_seconds() if queue.priority_aging else None,
+            }
+            for queue in Queue.objects.all()
+        ]
         try:
             config = build_config(
                 queue_rows=rows,
