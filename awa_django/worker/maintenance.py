@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ class Maintenance:
         self.worker = worker
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
-        self._last_retention = 0.0
+        self._last_retention = -math.inf  # the first round sweeps
         self.rounds = 0
 
     async def close(self) -> None:

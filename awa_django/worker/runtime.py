@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -69,6 +69,7 @@ class Worker:
         self.forced = False
         self.listening = False
         self._stop = asyncio.Event()
+        self._forced_event = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
@@ -84,6 +85,7 @@ class Worker:
             if not self.forced:
                 logger.warning("second stop request: stopping at once; running jobs will be rescued")
                 self.forced = True
+                self._forced_event.set()
                 self._stop.set()
             return
         logger.info("stopping: no new claims; in-flight jobs get %.1fs", self.config.shutdown_timeout)
@@ -204,16 +206,33 @@ class Worker:
                 loop.add_signal_handler(sig, self.request_stop)
 
     async def _drain(self) -> None:
+        """Stop claiming, then wait for in-flight jobs within the timeout; a second signal cuts
+        every wait short (the rescue path then recovers what was left running)."""
         dispatcher_tasks = [t for n, t in self._tasks.items() if n.startswith("awa-dispatch-")]
-        await asyncio.gather(*dispatcher_tasks, return_exceptions=True)
+        if not await self._unless_forced(asyncio.gather(*dispatcher_tasks, return_exceptions=True)):
+            return
         jobs = [task for _, _, task in self.in_flight.values()]
         if jobs:
             logger.info("waiting for %d in-flight job(s), at most %.1fs", len(jobs), self.config.shutdown_timeout)
-            _, pending = await asyncio.wait(jobs, timeout=self.config.shutdown_timeout)
-            # The stop was escalated meanwhile, or the timeout passed: hand back what still runs.
-            if pending and not self.forced:
+            everything = asyncio.wait(jobs, timeout=self.config.shutdown_timeout)
+            if not await self._unless_forced(everything):
+                return
+            if any(not task.done() for task in jobs):
                 await self._hand_back()
-        await self.completer.wait_idle()
+        await self._unless_forced(self.completer.wait_idle())
+
+    async def _unless_forced(self, awaitable: Awaitable[Any]) -> bool:
+        """Await ``awaitable`` unless the stop is escalated first; True if it finished."""
+        work = asyncio.ensure_future(awaitable)
+        forced = asyncio.ensure_future(self._forced_event.wait())
+        try:
+            await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+        if work.done():
+            return True
+        work.cancel()
+        return False
 
     async def _hand_back(self) -> None:
         left = [(job, context, task) for job, context, task in self.in_flight.values() if not task.done()]

@@ -1,0 +1,136 @@
+"""Helpers for end-to-end worker tests: worker subprocesses, gates that hold a handler until the
+test opens them, and reads of job rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+from django.db.models.functions import Now
+
+from awa_django.models import Job
+from tests.harness import spawn_worker, wait_until
+
+
+@dataclass
+class SpawnedWorker:
+    """A ``manage.py awa_worker`` subprocess and the file its output goes to."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """The exit code; fails the test (showing the log) if the process does not exit in time."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the worker did not exit within {timeout}s; log:\n{self.log[-4000:]}") from None
+
+    def assert_alive(self) -> None:
+        assert self.process.poll() is None, f"the worker exited ({self.process.returncode}); log:\n{self.log[-4000:]}"
+
+
+@dataclass
+class Spawner:
+    tmp_path: Path
+    started: list[SpawnedWorker] = field(default_factory=list)
+
+    def __call__(self, *args: str, name: str = "worker") -> SpawnedWorker:
+        log_path = self.tmp_path / f"{name}-{len(self.started)}.log"
+        worker = SpawnedWorker(spawn_worker(*args, log=log_path), log_path)
+        self.started.append(worker)
+        return worker
+
+    def reap(self) -> None:
+        for worker in self.started:
+            if worker.process.poll() is None:
+                worker.process.kill()
+            worker.process.wait(30)
+
+
+class Gates:
+    """Gates by key, opened from the test thread, awaited by async handlers on a worker's loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._opened: set[Any] = set()
+        self._waiters: dict[Any, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+    async def wait(self, key: Any) -> None:
+        event = asyncio.Event()
+        with self._lock:
+            if key in self._opened:
+                return
+            self._waiters.setdefault(key, []).append((asyncio.get_running_loop(), event))
+        await event.wait()
+
+    def open(self, key: Any) -> None:
+        with self._lock:
+            self._opened.add(key)
+            waiters = self._waiters.pop(key, [])
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that worker's loop has already ended
+                loop.call_soon_threadsafe(event.set)
+
+    def open_all(self) -> None:
+        with self._lock:
+            keys = list(self._waiters)
+        for key in keys:
+            self.open(key)
+
+
+def row(job_id: int) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def row_when(job_id: int, **expected: Any) -> Callable[[], Job | None]:
+    """A wait_until predicate: the job's row once every ``field=value`` holds, else None."""
+
+    def check() -> Job | None:
+        job = Job.objects.get(pk=job_id)
+        return job if all(getattr(job, name) == value for name, value in expected.items()) else None
+
+    return check
+
+
+def wait_for_row(job_id: int, timeout: float = 30.0, **expected: Any) -> Job:
+    found: Job = wait_until(row_when(job_id, **expected), timeout=timeout, what=f"job {job_id} with {expected}")
+    return found
+
+
+def bring_forward(job_id: int) -> None:
+    """Make a scheduled/retryable job due now (the test does not sit out a backoff)."""
+    updated = Job.objects.filter(pk=job_id, state__in=["scheduled", "retryable"]).update(run_at=Now())
+    assert updated == 1, f"job {job_id} was not waiting: {row(job_id).state}"
+
+
+def state_counts() -> dict[str, int]:
+    from django.db.models import Count
+
+    return {r["state"]: r["n"] for r in Job.objects.values("state").annotate(n=Count("id")).order_by()}
+
+
+def other_backends() -> int:
+    """Client sessions on the test database other than this one (worker connections)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        (count,) = cursor.fetchone()
+    return int(count)

@@ -1,0 +1,82 @@
+"""``manage.py awa_worker`` refuses bad command-line values with a message naming the value."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.harness import ROOT, worker_env
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--poll-interval", "0"], "argument --poll-interval: '0' must be above 0 seconds"),
+        (["--poll-interval", "-2"], "argument --poll-interval: '-2' must be above 0 seconds"),
+        (["--poll-interval", "soon"], "argument --poll-interval: 'soon' is not a number of seconds"),
+        (["--poll-interval", "nan"], "argument --poll-interval: 'nan' must be above 0 seconds"),
+        (["--heartbeat-interval", "0"], "argument --heartbeat-interval: '0' must be above 0 seconds"),
+        (["--global-max-workers", "0"], "argument --global-max-workers: '0' must be at least 1"),
+        (["--global-max-workers", "2.5"], "argument --global-max-workers: '2.5' is not a whole number"),
+        (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: '-1' must be 0 or more seconds"),
+        (["-q", ""], "invalid queue name ''"),
+        (["-q", "   "], "invalid queue name '   '"),
+        (["-q", "x" * 256], "invalid queue name 'xxx"),
+    ],
+    ids=lambda value: " ".join(value)[:40] if isinstance(value, list) else "",
+)
+def test_awa_worker__bad_cli_value__command_error_naming_it(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("awa_worker", *argv)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--heartbeat-interval", "5", "--heartbeat-staleness", "2"],
+            "heartbeat_staleness (2.0s) must exceed heartbeat_interval (5.0s)",
+        ),
+        (["--poll-interval", "inf"], "poll_interval is inf; it must be a number of seconds"),
+        (["--shutdown-timeout", "inf"], "shutdown_timeout is inf; it must be a number of seconds"),
+    ],
+)
+def test_awa_worker__inconsistent_settings__command_error_naming_them(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("awa_worker", "-q", "default", *argv)
+
+
+@pytest.mark.slow
+def test_awa_worker__bad_value_on_the_command_line__usage_error_exit_2() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "--poll-interval", "0"],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert "usage: manage.py awa_worker" in result.stderr
+    assert "argument --poll-interval: '0' must be above 0 seconds" in result.stderr
+
+
+@pytest.mark.slow
+def test_awa_worker__empty_queue_name_on_the_command_line__error_exit_1() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", ""],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert "CommandError: invalid queue name ''" in result.stderr
