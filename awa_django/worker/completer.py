@@ -38,13 +38,13 @@ class Completer:
         self.written = 0
         self.lost = 0  # writes refused by the (id, running, run_lease) guard
 
-    def submit(self, job: ClaimedJob, outcome: Outcome, progress: tuple[bool, Any]) -> asyncio.Future[bool]:
-        """Queue the attempt's final state; the future says whether the row was written."""
+    def submit(self, job: ClaimedJob, outcome: Outcome, progress: Any = None) -> asyncio.Future[bool]:
+        """Queue the attempt's final state (and last progress); the future says whether the row was written."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        if outcome is COMPLETED and not progress[0]:
+        if outcome is COMPLETED and progress is None:
             self._complete.append((job, future))
         else:
-            self._final.append((job, outcome, progress[1] if progress[0] else None, future))
+            self._final.append((job, outcome, progress, future))
         self._idle.clear()
         self._wake.set()
         return future
@@ -91,12 +91,14 @@ class Completer:
                 future.set_result(ok)
 
     async def _write_complete(self, batch: list[tuple[ClaimedJob, asyncio.Future[bool]]]) -> set[int]:
+        batch = sorted(batch, key=lambda entry: entry[0].id)  # id order: no deadlock with heartbeats
         params = {"ids": [job.id for job, _ in batch], "leases": [job.run_lease for job, _ in batch]}
         async with self.pool.connection() as conn:
             cursor = await conn.execute(statements["complete_jobs"], params)
             return {row[0] for row in await cursor.fetchall()}
 
     async def _write_final(self, batch: list[tuple[ClaimedJob, Outcome, Any, asyncio.Future[bool]]]) -> set[int]:
+        batch = sorted(batch, key=lambda entry: entry[0].id)
         params = {
             "ids": [job.id for job, _, _, _ in batch],
             "leases": [job.run_lease for job, _, _, _ in batch],

@@ -31,13 +31,15 @@ class JobContext:
     Safe to use from async handlers and from sync handlers in worker threads.
     """
 
-    __slots__ = ("_cancel", "_progress", "_progress_dirty", "job")
+    __slots__ = ("_cancel", "_progress", "finishing", "job")
 
     def __init__(self, job: ClaimedJob) -> None:
         self.job = job
         self._cancel = threading.Event()
         self._progress: Any = None
-        self._progress_dirty = False
+        # Set once the handler returned and its final state is on its way to the database: the
+        # heartbeat leaves the attempt alone from then on.
+        self.finishing = False
 
     @property
     def job_id(self) -> int:
@@ -81,16 +83,10 @@ class JobContext:
 
         json.dumps(value, allow_nan=False)  # refuse what Postgres could not store, here and now
         self._progress = value
-        self._progress_dirty = True
 
     @property
     def progress(self) -> Any:
         return self._progress
-
-    def take_progress(self) -> tuple[bool, Any]:
-        """(changed since the last take, value): for the heartbeat writer."""
-        dirty, self._progress_dirty = self._progress_dirty, False
-        return dirty, self._progress
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,8 @@ class Worker:
         try:
             deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
             outcome = await self.executor.execute(job, context, deadline)
-            written = self.completer.submit(job, outcome, context.take_progress())
+            context.finishing = True
+            written = self.completer.submit(job, outcome, context.progress)
             try:
                 await asyncio.shield(written)
             except asyncio.CancelledError:
@@ -350,15 +351,16 @@ class Worker:
         """Batched heartbeats (with progress) for every in-flight attempt."""
         while not self.stopping:
             await self._sleep(self.config.heartbeat_interval)
-            entries = list(self.in_flight.values())
+            # Attempts already finishing are being written; in id order, like the completer's
+            # batches, so two batch updates of the same rows cannot deadlock.
+            entries = sorted(
+                (entry for entry in self.in_flight.values() if not entry[1].finishing), key=lambda e: e[0].id
+            )
             if not entries:
                 continue
-            ids, leases, progress = [], [], []
-            for job, context, _ in entries:
-                dirty, value = context.take_progress()
-                ids.append(job.id)
-                leases.append(job.run_lease)
-                progress.append(json.dumps(value) if dirty else None)
+            ids = [job.id for job, _, _ in entries]
+            leases = [job.run_lease for job, _, _ in entries]
+            progress = [None if c.progress is None else json.dumps(c.progress) for _, c, _ in entries]
 
             async def beat(
                 ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
@@ -374,8 +376,8 @@ class Worker:
             except TRANSIENT_ERRORS as exc:
                 logger.warning("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), exc)
                 continue
-            for job, context, task in entries:
-                if job.id not in alive and not task.done() and job.id in self.in_flight:
+            for job, context, _ in entries:
+                if job.id not in alive and not context.finishing:
                     logger.warning(
                         "job no longer held by this worker job_id=%s run_lease=%s (rescued or cancelled); "
                         "telling its handler to stop",
