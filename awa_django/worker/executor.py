@@ -110,18 +110,12 @@ class Executor:
         try:
             if handler.is_async:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
-                if deadline is None:
-                    await call
-                else:
-                    await asyncio.wait_for(call, deadline)
+                result = await (call if deadline is None else asyncio.wait_for(call, deadline))
             else:
                 loop = asyncio.get_running_loop()
                 future = loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
-                if deadline is None:
-                    await future
-                else:
-                    await asyncio.wait_for(future, deadline)
-            return COMPLETED
+                result = await (future if deadline is None else asyncio.wait_for(future, deadline))
+            return COMPLETED if result is None else self._completed_with(job, result)
         except asyncio.CancelledError:
             raise
         except Snooze as snooze:
