@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, transaction
 
 from awa_django.conf import DEFAULTS, awa_settings
 
@@ -62,9 +63,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     global_max = awa_settings.GLOBAL_MAX_WORKERS
-    if global_max is not None and (
-        isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1
-    ):
+    if global_max is not None and (isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1):
         messages.append(
             Error(
                 f"AWA['GLOBAL_MAX_WORKERS'] is {global_max!r}; it must be an integer of at least 1, or None",
@@ -91,6 +90,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     f"AWA[{key!r}] is {value!r}; it must be a timedelta or a number of seconds above 0",
                     hint=f"set AWA[{key!r}] to e.g. timedelta(days=1), or remove it for the default",
                     id="awa.E007",
+                )
+            )
+    return messages
+
+
+@register()
+def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.E005: with AWA['GLOBAL_MAX_WORKERS'] set, the Queue rows' min_workers must fit in it.
+
+    Reads the Queue rows, so it is skipped (silently) while the database is unreachable or not
+    yet migrated: `check` must work before `migrate`.
+    """
+    from awa_django.concurrency import QueueLimits, check_global_max_workers, collect_capacity_errors
+    from awa_django.exceptions import MinWorkersExceedGlobalError
+
+    global_max = awa_settings.GLOBAL_MAX_WORKERS
+    alias = awa_settings.DATABASE_ALIAS
+    if global_max is None or check_global_max_workers(global_max) is not None or alias not in settings.DATABASES:
+        return []  # hard-reserved mode, or awa.E004 / awa.E002 already says what is wrong
+    try:
+        from awa_django.models import Queue
+
+        with transaction.atomic(using=alias):  # a savepoint: a missing table must not break the caller's transaction
+            rows = list(Queue.objects.using(alias).order_by("-min_workers", "name").values_list("name", "min_workers"))
+    except DatabaseError:
+        return []
+    queues = {name: QueueLimits(min_workers=min_workers) for name, min_workers in rows}
+    messages: list[CheckMessage] = []
+    for error in collect_capacity_errors(global_max, queues):
+        if isinstance(error, MinWorkersExceedGlobalError):
+            largest = ", ".join(f"{name}={n}" for name, n in rows[:5] if n)
+            messages.append(
+                Error(
+                    f"the Queue rows' sum of min_workers ({error.sum_min_workers}) exceeds "
+                    f"AWA['GLOBAL_MAX_WORKERS'] ({error.global_max_workers}); workers would refuse this configuration",
+                    hint=f"raise AWA['GLOBAL_MAX_WORKERS'] to at least {error.sum_min_workers}, or lower min_workers "
+                    f"in the Queue admin by {error.sum_min_workers - error.global_max_workers} in total "
+                    f"(largest: {largest})",
+                    id="awa.E005",
                 )
             )
     return messages

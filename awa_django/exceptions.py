@@ -81,7 +81,8 @@ class InvalidRateLimitError(ConfigurationError):
         self.queue = queue
         self.rate = rate
         super().__init__(
-            f"queue {queue!r}: rate limit {rate!r} jobs/s is invalid; use a number above 0, or leave it unset for no limit"
+            f"queue {queue!r}: rate limit {rate!r} jobs/s is invalid; "
+            "use a number above 0, or leave it unset for no limit"
         )
 
 

@@ -32,7 +32,9 @@ class _Statements(Mapping[str, str]):
 
 statements = _Statements()
 
-# LISTEN/NOTIFY channels: one for "jobs became available" (payload: the queue name, so Postgres
+# LISTEN/NOTIFY channels. One for "jobs became available" (payload: the queue name, so Postgres
 # folds repeats into one notification per queue per transaction) and one for Queue edits.
 JOBS_CHANNEL = "awa_jobs"
 QUEUES_CHANNEL = "awa_queues"
+# Cancellation of running jobs: payload the job id; the worker holding it tells its handler.
+CANCEL_CHANNEL = "awa_cancel"

@@ -32,7 +32,7 @@ from awa_django.concurrency import Allocator, Permit, release_all
 from awa_django.exceptions import ConfigurationError
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
-from awa_django.sql import JOBS_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, QUEUES_CHANNEL, statements
 from awa_django.worker.completer import Completer
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob, JobContext
@@ -43,7 +43,6 @@ from awa_django.worker.maintenance import Maintenance
 
 logger = logging.getLogger(__name__)
 
-CANCEL_CHANNEL = "awa_cancel"
 
 
 class Worker:

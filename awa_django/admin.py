@@ -1,0 +1,651 @@
+"""The admin: Queue settings with live stats, a read-mostly Job admin, and a dashboard.
+
+Every action calls the service functions in ``awa_django.services`` (the same ones your code
+can call). The pages stay fast on a large awa_job table: no full-table COUNT(*), ordering by
+the primary key, filters whose choices come from the registry and the Queue rows (never a
+DISTINCT over awa_job), counts per queue from one grouped query over the partial indexes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_POST
+
+from awa_django import services
+from awa_django.conf import awa_settings
+from awa_django.forms import QueueForm
+from awa_django.models import TERMINAL_STATES, Job, JobState, Queue, WorkerInstance
+from awa_django.registry import registry
+
+if TYPE_CHECKING:
+    _JobAdminBase = admin.ModelAdmin[Job]
+    _QueueAdminBase = admin.ModelAdmin[Queue]
+else:  # ModelAdmin is generic for the type checker only
+    _JobAdminBase = _QueueAdminBase = admin.ModelAdmin
+
+# A filtered job list counts at most this many rows ("10,000+" beyond).
+COUNT_LIMIT = 10_000
+REFRESH_SECONDS = 5
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _pretty_json(value: Any) -> SafeString:
+    if value is None or value == {} or value == []:
+        return format_html('<span class="awa-muted">{}</span>', "—" if value is None else json.dumps(value))
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="awa-pre">{}</pre>', text)
+
+
+class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
+    """Never COUNT(*)s the whole table: the planner's estimate when unfiltered, a capped count otherwise.
+
+    ``awa_estimated`` / ``awa_capped`` tell the pagination template which one it shows.
+    """
+
+    awa_limit = COUNT_LIMIT
+    awa_estimated = False
+    awa_capped = False
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return len(queryset)
+        if not queryset.query.where:
+            estimate = services.estimated_job_count()
+            if estimate is not None and estimate > COUNT_LIMIT:
+                self.awa_estimated = True
+                return estimate
+        counted = int(queryset.order_by()[: COUNT_LIMIT + 1].count())
+        self.awa_capped = counted > COUNT_LIMIT
+        return counted
+
+
+# --- jobs -------------------------------------------------------------------------------
+
+
+class QueueNameFilter(admin.SimpleListFilter):
+    """Choices from the Queue rows and the registered handlers; never a DISTINCT over awa_job."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        names = set(Queue.objects.values_list("name", flat=True)) | {h.queue for h in registry}
+        if self.value():
+            names.add(str(self.value()))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(queue=value) if value else queryset
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Choices from the registry (no query)."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        kinds = {h.kind for h in registry}
+        if self.value():
+            kinds.add(str(self.value()))
+        return [(kind, kind) for kind in sorted(kinds)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(kind=value) if value else queryset
+
+
+class JobChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
+        # Only the listed columns: the JSON columns (args, errors, result…) can be large.
+        return super().get_queryset(request, exclude_parameters).only(*JobAdmin.list_columns)
+
+
+@admin.register(Job)
+class JobAdmin(_JobAdminBase):
+    list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
+    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
+    list_display_links = ("id", "kind")
+    list_filter = ("state", QueueNameFilter, KindFilter)
+    search_fields = ("kind",)
+    search_help_text = "A job id, or a kind (exact)."
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole table
+    paginator = BoundedCountPaginator
+    list_per_page = 50
+    actions = ("retry_selected", "cancel_selected", "discard_selected")
+    change_form_template = "admin/awa/job/change_form.html"
+    change_list_template = "admin/awa/job/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tags")}),
+        ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
+        ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
+        ("Errors", {"fields": ("errors_pretty",)}),
+        ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
+    )
+    readonly_fields = (
+        "id", "kind", "queue", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
+        "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
+        "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
+    )  # fmt: skip
+
+    class Media:
+        css = {"all": ("awa/admin.css",)}
+
+    # Read-mostly: nobody edits a job row; the actions move it between states.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None:
+            return False  # the detail page is read-only for everyone
+        return super().has_change_permission(request)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # discard_selected deletes through the service
+        return actions
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        term = search_term.strip().lstrip("#")
+        if not term:
+            return queryset, False
+        if term.isdigit():
+            job_id = int(term)
+            return (queryset.filter(pk=job_id) if job_id < 2**63 else queryset.none()), False
+        return queryset.filter(kind=term), False
+
+    # --- columns and detail fields ---
+
+    @admin.display(description="state", ordering="state")
+    def state_label(self, obj: Job) -> SafeString:
+        return format_html('<span class="awa-state awa-state-{}">{}</span>', obj.state, obj.state)
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.metadata)
+
+    @admin.display(description="progress")
+    def progress_pretty(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.progress)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.result)
+
+    @admin.display(description="error history")
+    def errors_pretty(self, obj: Job) -> SafeString:
+        errors = obj.errors if isinstance(obj.errors, list) else []
+        if not errors:
+            return format_html('<span class="awa-muted">{}</span>', "no errors")
+        items = []
+        for entry in reversed(errors):  # the latest first
+            entry = entry if isinstance(entry, dict) else {"error": entry}
+            traceback = entry.get("traceback")
+            items.append(
+                (
+                    entry.get("attempt", "?"),
+                    entry.get("at", ""),
+                    entry.get("error", ""),
+                    format_html('<pre class="awa-pre awa-traceback">{}</pre>', traceback) if traceback else "",
+                )
+            )
+        rows = format_html_join(
+            "",
+            '<li class="awa-error"><div><strong>attempt {}</strong> <span class="awa-muted">{}</span></div>'
+            '<div class="awa-error-message">{}</div>{}</li>',
+            items,
+        )
+        return format_html('<ol class="awa-errors">{}</ol>', rows)
+
+    # --- actions ---
+
+    def _report(self, request: HttpRequest, verb: str, done: int, selected: int, why: str) -> None:
+        level = messages.SUCCESS if done else messages.WARNING
+        skipped = selected - done
+        text = f"{verb} {done} of {selected} selected job(s)."
+        if skipped:
+            text += f" {skipped} skipped: {why}."
+        self.message_user(request, text, level)
+
+    @admin.action(description="Retry selected jobs now (failed or cancelled)", permissions=["change"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = services.retry_jobs(ids)
+        self._report(request, "Retried", done, len(ids), "only failed or cancelled jobs are retried")
+
+    @admin.action(description="Cancel selected jobs (not yet finished)", permissions=["change"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = services.cancel_jobs(ids)
+        self._report(request, "Cancelled", done, len(ids), "finished jobs cannot be cancelled")
+
+    @admin.action(description="Discard (delete) selected jobs", permissions=["delete"])
+    def discard_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = services.discard_jobs(ids)
+        self._report(request, "Discarded", done, len(ids), "already gone")
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        services.discard_jobs([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        services.discard_jobs(list(queryset.values_list("pk", flat=True)))
+
+    # --- the detail page's buttons ---
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        custom = [
+            path(
+                "<path:object_id>/act/<str:action>/",
+                self.admin_site.admin_view(self.act_view),
+                name="{}_{}_act".format(*info),
+            )
+        ]
+        return custom + super().get_urls()
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        job = Job.objects.filter(pk=object_id).only("state").first() if object_id.isdigit() else None
+        if job is not None:
+            can_change = self.has_change_permission(request)
+            extra["awa_can_retry"] = can_change and job.state in services.RETRYABLE_FROM
+            extra["awa_can_cancel"] = can_change and job.state not in TERMINAL_STATES
+        return super().change_view(request, object_id, form_url, extra)
+
+    @staticmethod
+    def _act(action: str, job_id: int) -> int:
+        return {"retry": services.retry_jobs, "cancel": services.cancel_jobs}[action]([job_id])
+
+    def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        return require_POST(self._act_view)(request, object_id, action)
+
+    def _act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        if action not in ("retry", "cancel") or not object_id.isdigit():
+            raise PermissionDenied
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        job = get_object_or_404(Job.objects.only("pk"), pk=int(object_id))
+        done = self._act(action, job.pk)
+        if done:
+            self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
+        else:
+            self.message_user(request, f"Job {job.pk}: nothing to {action} in its current state.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:awa_job_change", args=[job.pk], current_app=self.admin_site.name))
+
+
+# --- queues -----------------------------------------------------------------------------
+
+
+class QueueChangeList(ChangeList):
+    """Attaches each row's QueueStats after the page is fetched: one grouped query for the page."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        stats = services.queue_stats(rows, workers=services.live_workers())
+        for row in rows:
+            row.awa_stats = stats[row.name]
+        self.result_list = rows
+
+
+def _stats(obj: Queue) -> services.QueueStats:
+    stats = getattr(obj, "awa_stats", None)
+    return stats if isinstance(stats, services.QueueStats) else services.QueueStats(obj.name)
+
+
+@admin.register(Queue)
+class QueueAdmin(_QueueAdminBase):
+    form = QueueForm
+    list_display = (
+        "name", "paused", "limits", "rate", "available", "scheduled", "running", "failed", "oldest_available",
+        "mode", "in_flight", "overflow_held",
+    )  # fmt: skip
+    list_display_links = ("name",)
+    search_fields = ("name",)
+    actions = ("pause_selected", "resume_selected")
+    change_list_template = "admin/awa/queue/change_list.html"
+    readonly_fields = ("live_status", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "paused")}),
+        (
+            "Capacity",
+            {
+                "fields": ("max_workers", "min_workers", "weight"),
+                "description": "Hard-reserved mode (no global maximum) uses max_workers; weighted mode "
+                "(AWA['GLOBAL_MAX_WORKERS'] or --global-max-workers) uses min_workers and weight.",
+            },
+        ),
+        ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
+        ("Timing", {"fields": ("deadline", "priority_aging")}),
+        ("Live", {"fields": ("live_status", "updated_at")}),
+    )
+
+    class Media:
+        css = {"all": ("awa/admin.css",)}
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {"awa_dashboard_url": reverse("admin:awa_dashboard", current_app=self.admin_site.name)}
+        extra.update(extra_context or {})
+        return super().changelist_view(request, extra)
+
+    # --- columns ---
+
+    @admin.display(description="max / min / weight")
+    def limits(self, obj: Queue) -> str:
+        return f"{obj.max_workers} / {obj.min_workers} / {obj.weight}"
+
+    @admin.display(description="rate limit")
+    def rate(self, obj: Queue) -> str:
+        if obj.rate_limit is None:
+            return "—"
+        burst = f", burst {obj.rate_burst}" if obj.rate_burst else ""
+        return f"{obj.rate_limit:g}/s{burst}"
+
+    @admin.display(description="available")
+    def available(self, obj: Queue) -> int:
+        return _stats(obj).available
+
+    @admin.display(description="scheduled")
+    def scheduled(self, obj: Queue) -> int:
+        return _stats(obj).scheduled
+
+    @admin.display(description="running")
+    def running(self, obj: Queue) -> int:
+        return _stats(obj).running
+
+    @admin.display(description="failed")
+    def failed(self, obj: Queue) -> int:
+        return _stats(obj).failed
+
+    @admin.display(description="oldest available")
+    def oldest_available(self, obj: Queue) -> str:
+        return services.format_age(_stats(obj).oldest_available_age())
+
+    @admin.display(description="mode")
+    def mode(self, obj: Queue) -> str:
+        modes = _stats(obj).modes
+        return ", ".join(m.replace("_", "-") for m in modes) if modes else "no live worker"
+
+    @admin.display(description="in flight")
+    def in_flight(self, obj: Queue) -> int:
+        return _stats(obj).in_flight
+
+    @admin.display(description="overflow held")
+    def overflow_held(self, obj: Queue) -> int | str:
+        stats = _stats(obj)
+        return stats.overflow_held if "weighted" in stats.modes else "—"
+
+    @admin.display(description="live status")
+    def live_status(self, obj: Queue | None) -> SafeString:
+        if obj is None or obj.pk is None:
+            return format_html('<span class="awa-muted">{}</span>', "saved queues show their jobs and workers here")
+        stats = services.queue_stats([obj])[obj.name]
+        counts = ", ".join(f"{state} {stats.count(state)}" for state in services.COUNTED_STATES)
+        capacity = format_html_join(
+            "", "<div>{}: {} — in flight {}, free permits {}</div>",
+            ((c.worker, c.describe(), c.in_flight, c.available) for c in stats.capacities),
+        )  # fmt: skip
+        return format_html(
+            '<div class="awa-live">jobs: {}</div><div>oldest available job: {}</div>{}',
+            counts,
+            services.format_age(stats.oldest_available_age()),
+            capacity or format_html("<div>{}</div>", "no live worker serves this queue"),
+        )
+
+    # --- actions ---
+
+    @admin.action(description="Pause selected queues", permissions=["change"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = services.pause_queues(names)
+        self.message_user(request, f"Paused {done} queue(s); {len(names) - done} already paused.", messages.SUCCESS)
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = services.resume_queues(names)
+        self.message_user(request, f"Resumed {done} queue(s); {len(names) - done} were not paused.", messages.SUCCESS)
+
+    # --- the dashboard ---
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="awa_dashboard"),
+            path("dashboard/data/", self.admin_site.admin_view(self.dashboard_data_view), name="awa_dashboard_data"),
+        ]
+        return custom + super().get_urls()
+
+    def _check_dashboard_permission(self, request: HttpRequest) -> None:
+        job_admin = self.admin_site._registry.get(Job)
+        if not (
+            self.has_view_permission(request) or (job_admin is not None and job_admin.has_view_permission(request))
+        ):
+            raise PermissionDenied
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard_permission(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Job queue dashboard",
+            "opts": self.opts,
+            "awa_data_url": reverse("admin:awa_dashboard_data", current_app=self.admin_site.name),
+            "awa_refresh_seconds": REFRESH_SECONDS,
+            **dashboard_context(),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/awa/dashboard.html", context)
+
+    def dashboard_data_view(self, request: HttpRequest) -> JsonResponse:
+        self._check_dashboard_permission(request)
+        context = dashboard_context()
+        payload = dashboard_json(context)
+        payload["html"] = render_to_string("admin/awa/_dashboard_body.html", context, request=request)
+        response = JsonResponse(payload)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+# --- the dashboard's data and charts ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    kind: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    pos: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    plot_left: int
+    plot_top: int
+    plot_width: int
+    plot_height: int
+    bars: list[Bar]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    completed: int
+    failed: int
+    peak: int
+
+
+def _nice_ceiling(value: int) -> int:
+    if value <= 4:
+        return max(value, 1)
+    magnitude = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * magnitude:
+            return int(step * magnitude)
+    return value
+
+
+def build_chart(
+    completed: Sequence[int],
+    failed: Sequence[int],
+    start: datetime,
+    *,
+    width: int = 960,
+    height: int = 220,
+    axes: bool = True,
+) -> Chart:
+    """Stacked bars (failed at the bottom, completed above) per minute, as SVG coordinates."""
+    minutes = len(completed)
+    left, top = (44, 10) if axes else (0, 2)
+    bottom, right = (24, 24) if axes else (0, 0)
+    plot_w, plot_h = width - left - right, height - top - bottom
+    totals = [c + f for c, f in zip(completed, failed, strict=True)]
+    peak = max(totals, default=0)
+    ceiling = _nice_ceiling(peak)
+    slot = plot_w / max(minutes, 1)
+    gap = min(2.0, slot * 0.2)
+    bars: list[Bar] = []
+    local_start = timezone.localtime(start)
+    for i, (done, bad) in enumerate(zip(completed, failed, strict=True)):
+        x = left + i * slot + gap / 2
+        minute = (local_start + timedelta(minutes=i)).strftime("%H:%M")
+        base = float(top + plot_h)
+        for count, kind in ((bad, "failed"), (done, "completed")):
+            if not count:
+                continue
+            h = max(plot_h * count / ceiling, 1.0)
+            base -= h
+            bars.append(
+                Bar(round(x, 2), round(base, 2), round(slot - gap, 2), round(h, 2), kind, f"{minute}: {count} {kind}")
+            )
+    y_ticks = [Tick(round(top + plot_h - plot_h * f, 2), str(int(ceiling * f))) for f in (0, 0.5, 1)] if axes else []
+    if axes and ceiling % 2:
+        y_ticks = [y_ticks[0], y_ticks[2]]
+    x_ticks = []
+    if axes:
+        for i in range(0, minutes + 1, 10):
+            label = (local_start + timedelta(minutes=i)).strftime("%H:%M")
+            x_ticks.append(Tick(round(left + i * slot, 2), label))
+    return Chart(width, height, left, top, plot_w, plot_h, bars, y_ticks, x_ticks, sum(completed), sum(failed), peak)
+
+
+def dashboard_context() -> dict[str, Any]:
+    """Everything the dashboard shows, in five queries: workers, queues, counts, throughput."""
+    now = timezone.now()
+    workers = services.live_workers(now=now)
+    stats = services.queue_stats(None, workers=workers)
+    flow = services.throughput(60, now=now)
+    empty = [0] * flow.minutes
+    queues = []
+    for name, entry in stats.items():
+        series = flow.series.get(name, {})
+        completed, failed = series.get(JobState.COMPLETED, empty), series.get(JobState.FAILED, empty)
+        queues.append(
+            {
+                "stats": entry,
+                "age": services.format_age(entry.oldest_available_age(now)),
+                "chart": build_chart(completed, failed, flow.start, width=150, height=30, axes=False),
+                "completed": sum(completed),
+                "failed": sum(failed),
+            }
+        )
+    configured = awa_settings.GLOBAL_MAX_WORKERS
+    return {
+        "awa_now": now,
+        "awa_queues": queues,
+        "awa_workers": [_worker_row(w, now) for w in workers],
+        "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
+        "awa_configured_mode": "weighted" if configured else "hard-reserved",
+        "awa_configured_global_max": configured,
+        "awa_stale_after": services.default_stale_after(),
+    }
+
+
+def _worker_row(worker: WorkerInstance, now: datetime) -> dict[str, Any]:
+    flags = worker.flags if isinstance(worker.flags, dict) else {}
+    capacities = services._capacities([worker])
+    return {
+        "worker": worker,
+        "mode": worker.mode.replace("_", "-"),
+        "healthy": services.worker_healthy(worker),
+        "seen_ago": services.format_age(now - worker.last_seen_at),
+        "up_for": services.format_age(now - worker.started_at),
+        "flags": flags,
+        "queues": [(name, caps[0]) for name, caps in sorted(capacities.items())],
+    }
+
+
+def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
+    now = context["awa_now"]
+    chart: Chart = context["awa_chart"]
+    return {
+        "generated_at": now.isoformat(),
+        "queues": [q["stats"].as_dict(now) | {"completed_last_hour": q["completed"], "failed_last_hour": q["failed"]}
+                   for q in context["awa_queues"]],
+        "workers": [
+            {
+                "worker": str(w["worker"]),
+                "instance_id": str(w["worker"].instance_id),
+                "mode": w["worker"].mode,
+                "global_max_workers": w["worker"].global_max_workers,
+                "last_seen_at": w["worker"].last_seen_at.isoformat(),
+                "healthy": w["healthy"],
+                "flags": w["flags"],
+                "queues": {name: cap.__dict__ | {"describe": cap.describe()} for name, cap in w["queues"]},
+            }
+            for w in context["awa_workers"]
+        ],
+        "last_hour": {"completed": chart.completed, "failed": chart.failed},
+    }  # fmt: skip

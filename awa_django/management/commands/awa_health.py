@@ -1,0 +1,139 @@
+"""``manage.py awa_health``: a container probe. Prints each live worker and each queue's health.
+
+Exit status 0 when at least one worker is live (a snapshot newer than ``--stale-after``) and not
+stopping, and no unpaused queue's oldest available job has waited longer than ``--max-age``;
+1 otherwise (the reasons on stderr). ``--json`` prints the report as one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+from argparse import ArgumentParser, ArgumentTypeError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+from django.utils import timezone
+
+from awa_django import services
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Report the health of awa workers and queues. Exit status 0 when at least one worker is live "
+        "and healthy and no queue's oldest available job is older than --max-age; 1 otherwise."
+    )
+    requires_system_checks: list[str] = []  # a probe must be quick; `check` is a separate step
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument(
+            "--max-age",
+            type=_seconds,
+            default=300.0,
+            metavar="SECONDS",
+            help="unhealthy when an unpaused queue's oldest available job waited longer (default: 300)",
+        )
+        parser.add_argument(
+            "--stale-after",
+            type=_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="a worker whose snapshot is older is not live (default: 3 snapshot intervals, "
+            f"{services.default_stale_after():g}s with the current settings)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        max_age: float = options["max_age"]
+        stale_after: float = options["stale_after"] or services.default_stale_after()
+        now = timezone.now()
+        try:
+            workers = services.live_workers(stale_after, now=now)
+            stats = services.queue_stats(None, workers=workers)
+        except DatabaseError as exc:
+            raise CommandError(f"unhealthy: cannot read the job tables: {exc}".strip(), returncode=2) from exc
+
+        problems: list[str] = []
+        healthy = [w for w in workers if services.worker_healthy(w)]
+        if not workers:
+            problems.append(f"no live worker (none wrote a snapshot in the last {stale_after:g}s)")
+        elif not healthy:
+            problems.append(f"no healthy worker: all {len(workers)} live worker(s) are stopping")
+        queue_reports = []
+        for entry in stats.values():
+            age = entry.oldest_available_age(now)
+            too_old = age is not None and age.total_seconds() > max_age and not entry.paused
+            if too_old and age is not None:
+                problems.append(
+                    f"queue {entry.name!r}: the oldest available job has waited "
+                    f"{services.format_age(age)} ({age.total_seconds():.0f}s > --max-age {max_age:g}s)"
+                )
+            queue_reports.append(entry.as_dict(now) | {"healthy": not too_old})
+
+        report = {
+            "healthy": not problems,
+            "checked_at": now.isoformat(),
+            "max_age_seconds": max_age,
+            "stale_after_seconds": stale_after,
+            "problems": problems,
+            "workers": [
+                {
+                    "worker": str(w),
+                    "instance_id": str(w.instance_id),
+                    "mode": w.mode,
+                    "global_max_workers": w.global_max_workers,
+                    "started_at": w.started_at.isoformat(),
+                    "last_seen_at": w.last_seen_at.isoformat(),
+                    "seconds_since_seen": round((now - w.last_seen_at).total_seconds(), 3),
+                    "healthy": services.worker_healthy(w),
+                    "flags": w.flags,
+                }
+                for w in workers
+            ],
+            "queues": queue_reports,
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
+        else:
+            self._print(report)
+        if problems:
+            raise CommandError("unhealthy: " + "; ".join(problems), returncode=1)
+
+    def _print(self, report: dict[str, Any]) -> None:
+        out = self.stdout
+        status = self.style.SUCCESS("healthy") if report["healthy"] else self.style.ERROR("UNHEALTHY")
+        out.write(f"awa: {status}")
+        out.write(f"workers ({len(report['workers'])} live):")
+        for w in report["workers"]:
+            gmax = f" global_max={w['global_max_workers']}" if w["global_max_workers"] is not None else ""
+            state = "ok" if w["healthy"] else "stopping"
+            flags = ",".join(k for k in ("leader", "listening") if w["flags"].get(k)) or "-"
+            out.write(
+                f"  {w['worker']} {state} mode={w['mode']}{gmax} seen={w['seconds_since_seen']:.1f}s ago "
+                f"in_flight={w['flags'].get('in_flight', 0)} flags={flags}"
+            )
+        if not report["workers"]:
+            out.write("  (none)")
+        out.write(f"queues ({len(report['queues'])}):")
+        for q in report["queues"]:
+            counts = " ".join(f"{state}={n}" for state, n in q["counts"].items())
+            age = q["oldest_available_age_seconds"]
+            age_text = f"{age:.0f}s" if age is not None else "-"
+            flag = "ok" if q["healthy"] else "TOO OLD"
+            paused = " paused" if q["paused"] else ""
+            out.write(
+                f"  {q['name']}{paused} {flag} oldest_available={age_text} {counts} "
+                f"in_flight={q['in_flight']} overflow_held={q['overflow_held']}"
+            )
+        for problem in report["problems"]:
+            out.write(self.style.ERROR(f"problem: {problem}"))

@@ -1,0 +1,189 @@
+"""The admin in a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, see
+.ci/browser-deps), driven by Selenium against ``live_server``, with a real worker running.
+
+Screenshots land in ``test-output/`` (git-ignored) for review.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from awa_django import JobContext
+from awa_django.models import Job, Queue
+from awa_django.registry import JobHandler, Registry
+from awa_django.worker import QueueConfig
+from tests.factories import QueueFactory
+from tests.harness import ROOT, make_config, running_worker, wait_until
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+OUTPUT = ROOT / "test-output"
+
+if not (CHROMIUM and CHROMEDRIVER):
+    pytest.skip(
+        "Debian's chromium and chromium-driver are not installed (run .ci/browser-deps)", allow_module_level=True
+    )
+webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
+
+FLAGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-extensions",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--disable-default-apps", "--metrics-recording-only", "--no-default-browser-check", "--window-size=1440,1000",
+)  # fmt: skip
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver: Any, name: str) -> Path:
+    """A full-page PNG: the viewport is stretched to the document's height first."""
+    OUTPUT.mkdir(exist_ok=True)
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    metrics = {"width": 1440, "height": max(height, 600), "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    path = OUTPUT / name
+    try:
+        driver.save_screenshot(str(path))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return path
+
+
+def wait_for(driver: Any, css: str, timeout: float = 15) -> Any:
+    return WebDriverWait(driver, timeout).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def finished_jobs_over_the_last_hour() -> None:
+    now = timezone.now()
+    Job.objects.enqueue_many({"kind": "render", "queue": ("emails", "reports")[i % 2]} for i in range(900))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE awa_job
+            SET state = CASE WHEN id %% 13 = 0 THEN 'failed' ELSE 'completed' END,
+                attempt = 1,
+                finalized_at = %(now)s - ((id * 7919) %% 3540) * interval '1 second'
+            """,
+            {"now": now},
+        )
+    Job.objects.enqueue_many({"kind": "render", "queue": "reports"} for _ in range(40))
+    old = Job.objects.enqueue("render", queue="emails", run_at=now - timedelta(minutes=3))
+    Job.objects.filter(pk=old.pk).update(state="scheduled", run_at=now + timedelta(minutes=30))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
+    browser: Any, live_server: Any, django_user_model: Any, settings: Any
+) -> None:
+    settings.AWA = {"GLOBAL_MAX_WORKERS": 20}
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "s3cret-pass")
+    emails = QueueFactory(name="emails", min_workers=2, weight=1)
+    QueueFactory(name="reports", min_workers=2, weight=1, paused=True)
+    finished_jobs_over_the_last_hour()
+
+    release = threading.Event()
+
+    def hold(context: JobContext) -> None:
+        while not (release.is_set() or context.cancelled):
+            time.sleep(0.02)
+
+    registry = Registry()
+    registry.register(JobHandler("hold", hold, queue="emails", takes_context=True))
+    config = make_config(
+        {"emails": QueueConfig("emails", min_workers=2, weight=1), "reports": QueueConfig("reports", min_workers=2)},
+        global_max_workers=20,
+    )
+    for _ in range(6):
+        Job.objects.enqueue("hold", queue="emails")
+
+    with running_worker(config, registry=registry) as worker:
+        try:
+            wait_until(lambda: len(worker.in_flight) == 6, timeout=15, what="six jobs in flight")
+            driver = browser
+            # Log in.
+            driver.get(f"{live_server.url}/admin/login/?next=/admin/awa/queue/")
+            driver.find_element(By.NAME, "username").send_keys("admin")
+            driver.find_element(By.NAME, "password").send_keys("s3cret-pass")
+            driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+            wait_for(driver, "#result_list")
+            screenshot(driver, "queue-changelist.png")
+
+            # Change a queue's weight: saved, and the worker applies it.
+            driver.get(f"{live_server.url}/admin/awa/queue/{emails.pk}/change/")
+            weight = wait_for(driver, "input[name=weight]")
+            weight.clear()
+            weight.send_keys("5")
+            driver.find_element(By.NAME, "_save").click()
+            assert "was changed successfully" in wait_for(driver, ".messagelist .success").text
+            assert Queue.objects.get(pk=emails.pk).weight == 5
+            wait_until(lambda: worker.config.queues["emails"].weight == 5, timeout=10, what="the worker to apply it")
+
+            # An invalid min_workers: the form names the numbers and nothing is saved.
+            driver.get(f"{live_server.url}/admin/awa/queue/{emails.pk}/change/")
+            min_workers = wait_for(driver, "input[name=min_workers]")
+            min_workers.clear()
+            min_workers.send_keys("25")
+            driver.find_element(By.NAME, "_save").click()
+            error = wait_for(driver, ".field-min_workers .errorlist").text
+            assert "sum of min_workers (27) exceeds global_max_workers (20)" in error
+            assert "may have at most 18" in error
+            screenshot(driver, "queue-error.png")
+            assert Queue.objects.get(pk=emails.pk).min_workers == 2
+
+            # The dashboard: the chart, the queues, the live worker; and it refreshes itself.
+            driver.get(f"{live_server.url}/admin/awa/queue/dashboard/")
+            wait_for(driver, "svg.awa-chart rect.awa-bar-completed")
+            assert driver.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed")
+            body = driver.find_element(By.ID, "awa-dashboard").text
+            assert "emails: Weighted(min 2, weight 5, overflow held " in body  # held varies while it polls
+            assert f"{worker.hostname}:{worker.pid}" in body
+            stamp = driver.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
+            WebDriverWait(driver, 15).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text != stamp
+            )
+            assert "refresh failed" not in driver.find_element(By.ID, "awa-refresh-note").text
+            path = screenshot(driver, "dashboard.png")
+            assert path.stat().st_size > 10_000
+
+            # A failed job's detail page: the error history with its traceback.
+            failed = Job.objects.filter(state="failed").order_by("-id").first()
+            assert failed is not None
+            Job.objects.filter(pk=failed.pk).update(
+                args={"user_id": 7, "template": "welcome"},
+                errors=[{"error": "ValueError: no template 'welcome'", "attempt": 1, "at": timezone.now().isoformat(),
+                         "traceback": 'Traceback (most recent call last):\n  File "jobs.py", line 3, in render\n'
+                                      "ValueError: no template 'welcome'\n"}],
+            )  # fmt: skip
+            driver.get(f"{live_server.url}/admin/awa/job/?state__exact=failed")
+            wait_for(driver, "#result_list")
+            screenshot(driver, "job-changelist.png")
+            driver.get(f"{live_server.url}/admin/awa/job/{failed.pk}/change/")
+            assert "ValueError: no template" in wait_for(driver, "pre.awa-traceback").text
+            assert driver.find_element(By.CSS_SELECTOR, "button.awa-tool-button").text.lower() == "retry now"
+            screenshot(driver, "job-detail.png")
+        finally:
+            release.set()

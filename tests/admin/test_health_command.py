@@ -1,0 +1,119 @@
+"""``manage.py awa_health``: exit status 0 only with a live, healthy worker and no queue waiting too long."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from awa_django.models import Job, WorkerInstance
+from tests.factories import QueueFactory
+from tests.harness import make_config, running_worker, wait_until
+
+
+def health(*args: str) -> tuple[int, str, str]:
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("awa_health", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue(), str(exc)
+    return 0, out.getvalue(), ""
+
+
+def worker_row(seen_ago: timedelta = timedelta(0), **flags: Any) -> WorkerInstance:
+    now = timezone.now()
+    return WorkerInstance.objects.create(
+        instance_id=uuid.uuid4(), hostname="box", pid=7, started_at=now - timedelta(hours=1),
+        last_seen_at=now - seen_ago, mode="hard_reserved",
+        queues={"default": {"mode": "hard_reserved", "capacity": {"type": "HardReserved", "max_workers": 50},
+                            "in_flight": 0, "available": 50, "paused": False, "jobs_available": 0}},
+        flags={"listening": True, "leader": True, "stopping": False, "in_flight": 0, "sync_running": 0} | flags,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_awa_health__no_worker_is_unhealthy() -> None:
+    code, out, err = health()
+    assert code == 1
+    assert "no live worker" in err
+    assert "UNHEALTHY" in out
+
+
+@pytest.mark.django_db
+def test_awa_health__a_fresh_worker_is_healthy() -> None:
+    worker_row()
+    code, out, _ = health()
+    assert code == 0
+    assert "healthy" in out
+    assert "box:7 ok mode=hard_reserved" in out
+
+
+@pytest.mark.django_db
+def test_awa_health__a_stale_worker_is_not_live() -> None:
+    worker_row(seen_ago=timedelta(minutes=2))
+    code, _, err = health()
+    assert code == 1
+    assert "no live worker (none wrote a snapshot in the last 15s)" in err
+    assert health("--stale-after", "600")[0] == 0  # the window is the caller's to choose
+
+
+@pytest.mark.django_db
+def test_awa_health__a_stopping_worker_is_not_healthy() -> None:
+    worker_row(stopping=True)
+    code, _, err = health()
+    assert code == 1
+    assert "are stopping" in err
+
+
+@pytest.mark.django_db
+def test_awa_health__an_old_available_job_is_unhealthy_unless_its_queue_is_paused() -> None:
+    worker_row()
+    job = Job.objects.enqueue("x", queue="emails")
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - timedelta(seconds=400))
+
+    code, out, err = health("--json")
+    assert code == 1
+    assert "queue 'emails': the oldest available job has waited 6m 40s" in err
+    report = json.loads(out)
+    assert report["healthy"] is False
+    emails = next(q for q in report["queues"] if q["name"] == "emails")
+    assert emails["healthy"] is False
+    assert emails["counts"]["available"] == 1
+    assert 399 < emails["oldest_available_age_seconds"] < 430
+
+    assert health("--max-age", "1000")[0] == 0
+    QueueFactory(name="emails", paused=True)
+    assert health()[0] == 0
+
+
+@pytest.mark.django_db
+def test_awa_health__json_report_lists_the_workers() -> None:
+    worker_row()
+    code, out, _ = health("--json")
+    report = json.loads(out)
+    assert code == 0
+    assert report["healthy"] is True
+    assert [w["worker"] for w in report["workers"]] == ["box:7"]
+    assert report["workers"][0]["flags"]["leader"] is True
+
+
+def test_awa_health__rejects_a_non_positive_max_age() -> None:
+    with pytest.raises(CommandError, match="must be above 0"):
+        call_command("awa_health", "--max-age", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_awa_health__a_real_running_worker_is_healthy_and_gone_after_it_stops() -> None:
+    with running_worker(make_config(["default"])):
+        wait_until(lambda: WorkerInstance.objects.exists(), timeout=10, what="the worker's first snapshot")
+        code, out, _ = health()
+        assert code == 0, out
+        assert "mode=hard_reserved" in out
+    assert health()[0] == 1  # a stopped worker removes its snapshot
