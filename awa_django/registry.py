@@ -1,18 +1,28 @@
-"""``@job`` handlers by kind, autodiscovered from ``<app>/jobs.py``."""
+"""``@job`` handlers by kind, autodiscovered from ``<app>/jobs.py``.
+
+A kind with no ``@job`` handler may still be run: ``Registry.get`` then asks the registered
+resolvers, in the order they were added, for a handler. The Tasks framework backend
+(``awa_django.backends``) adds one that turns a ``@task``'s module path into a handler.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
 from awa_django.exceptions import AwaError
 
 if TYPE_CHECKING:
     from awa_django.models import Job
+
+logger = logging.getLogger(__name__)
 
 
 class RegistryError(AwaError):
@@ -54,9 +64,14 @@ class JobHandler:
         return await Job.objects.aenqueue(self.kind, args, **self._options(options))
 
 
+Resolver = Callable[[str], JobHandler | None]
+"""Given a kind that has no registered handler, return a handler for it, or None if not its kind."""
+
+
 class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, JobHandler] = {}
+        self._resolvers: dict[Resolver, set[str]] = {}  # resolver -> the queues its jobs use
 
     def register(self, handler: JobHandler) -> JobHandler:
         existing = self._handlers.get(handler.kind)
@@ -71,8 +86,35 @@ class Registry:
     def unregister(self, kind: str) -> None:
         self._handlers.pop(kind, None)
 
+    def add_resolver(self, resolver: Resolver, *, queues: Iterable[str] = ()) -> None:
+        """Consult ``resolver`` for kinds with no registered handler (adding it again only adds queues).
+
+        ``queues`` are the queues its jobs are enqueued on: ``queues()`` reports them, so a worker
+        started without ``-q`` serves them.
+        """
+        self._resolvers.setdefault(resolver, set()).update(queues)
+
+    def remove_resolver(self, resolver: Resolver) -> None:
+        self._resolvers.pop(resolver, None)
+
     def get(self, kind: str) -> JobHandler | None:
-        return self._handlers.get(kind)
+        """The handler registered for ``kind``; else the first a resolver gives; else None.
+
+        Never raises: a resolver that fails is logged and skipped (the job then fails as a job of
+        an unknown kind, with the error in the log).
+        """
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            return handler
+        for resolver in list(self._resolvers):
+            try:
+                handler = resolver(kind)
+            except Exception:
+                logger.exception("job kind resolver failed kind=%s resolver=%r", kind, resolver)
+                continue
+            if handler is not None:
+                return handler
+        return None
 
     def __contains__(self, kind: object) -> bool:
         return kind in self._handlers
@@ -81,10 +123,26 @@ class Registry:
         return iter(list(self._handlers.values()))
 
     def queues(self) -> set[str]:
-        return {h.queue for h in self._handlers.values()}
+        """Every queue a registered handler or a resolver's jobs use."""
+        names = {h.queue for h in self._handlers.values()}
+        for queues in self._resolvers.values():
+            names |= queues
+        return names
 
     def autodiscover(self) -> None:
         autodiscover_modules("jobs")
+        self._connect_task_backends()
+
+    def _connect_task_backends(self) -> None:
+        """Load the ``TASKS`` backends that are awa's, so that their resolver is here in every
+        process (a worker runs ``@task`` jobs without anything else importing the backend)."""
+        if not getattr(settings, "TASKS", None):
+            return
+        if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is None:
+            return
+        from awa_django.backends import connect_task_backends
+
+        connect_task_backends(self)
 
 
 registry = Registry()

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",
     "awa_django",
     "testproject.demo",
 ]
@@ -85,6 +86,15 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
 AWA: dict[str, object] = {}
+
+# Django's Tasks framework (django.tasks on Django 6, the django-tasks backport before): every
+# @task is an awa_django job that awa_worker runs. testproject.demo.tasks has an example.
+TASKS = {
+    "default": {
+        "BACKEND": "awa_django.backends.AwaBackend",
+        "QUEUES": ["default"],
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -43,6 +43,8 @@ def error_entry(job: ClaimedJob, error: str, exc: BaseException | None = None) -
         "at": datetime.now(timezone.utc).isoformat(),
     }
     if exc is not None:
+        cls = type(exc)
+        entry["exception"] = f"{cls.__module__}.{cls.__qualname__}"
         entry["traceback"] = "".join(traceback.format_exception(exc))[-TRACEBACK_LIMIT:]
     return entry
 

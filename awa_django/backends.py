@@ -1,0 +1,476 @@
+"""Django's Tasks framework as a front door: every ``@task`` becomes a job that ``awa_worker`` runs.
+
+``TASKS = {"default": {"BACKEND": "awa_django.backends.AwaBackend", "QUEUES": [...]}}``, with
+``OPTIONS = {"MAX_ATTEMPTS": n}`` (default 25) for the attempts a task gets. The framework comes
+from ``django.tasks`` (Django 6) or else the ``django-tasks`` backport.
+
+A task is enqueued through ``Job.objects.enqueue`` on Django's connection, so it joins the
+caller's transaction: commit and it runs, roll back and it never existed; ``task_enqueued`` is
+sent when the job is committed. The job row is the task's whole record:
+
+- ``kind`` is the task's module path, ``args`` is ``{"args": [...], "kwargs": {...}}``;
+- ``queue`` is ``queue_name``, ``run_at`` is ``run_after``;
+- ``priority``: the framework's -100..100 (higher runs sooner) onto ours, 1 (first) … 4, in
+  order: above 0 → 1, 0 (the default) → 2, -1..-50 → 3, below -50 → 4 (``job_priority``);
+- ``metadata["task"]`` keeps what the row cannot: the backend alias and the exact priority and
+  ``run_after``, so that ``TaskResult.task`` is the task as it was enqueued;
+- the result id is the job id; states map to READY (scheduled, available, retryable), RUNNING,
+  SUCCESSFUL (completed) and FAILED (failed, cancelled). ``worker_ids`` holds one entry per
+  attempt (``attempt-1`` …): the row counts attempts, it does not record which worker ran them.
+
+Workers find the task by importing its module path: ``resolve_task`` is a registry resolver,
+consulted for kinds no ``@job`` handler has. It wraps the task function in a handler that calls
+it with the stored args, gives ``takes_context`` tasks a ``TaskContext`` (attempt = the job's
+attempt), and sends ``task_started`` and ``task_finished`` around each attempt (an attempt that
+will be retried finishes FAILED; ``get_result`` then says READY until the next one). Retries,
+backoff, heartbeats, deadlines and rescue are the job rules, as for any job.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+import threading
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from awa_django.conf import awa_settings
+from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
+from awa_django.registry import JobHandler, Registry, registry
+from awa_django.worker.context import JobContext
+
+try:
+    from django.tasks import task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+except ImportError:  # Django < 6: the django-tasks backport
+    from django_tasks import task_backends  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.base import (  # type: ignore[assignment, no-redef, unused-ignore]
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]
+
+__all__ = ["AwaBackend", "TaskImportError", "connect_task_backends", "job_priority", "resolve_task"]
+
+TASK_METADATA_KEY = "task"
+OPTIONS = frozenset({"MAX_ATTEMPTS"})
+
+STATUS_BY_STATE = {
+    "scheduled": TaskResultStatus.READY,
+    "available": TaskResultStatus.READY,
+    "retryable": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "completed": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+
+# An error entry's text starts with the exception's name when an exception caused it
+# ("ValueError: boom", "myapp.errors.GatewayError: …"); worker-side failures read otherwise.
+_EXCEPTION_NAME = re.compile(r"([A-Za-z_][\w.]*)(?=: |$)")
+_WORKER_ERROR_PATH = f"{AwaError.__module__}.{AwaError.__qualname__}"
+
+
+class TaskImportError(AwaError, ImportError):
+    """A task job's module path no longer leads to a task, so its result cannot be built."""
+
+    def __init__(self, job_id: int, path: str, reason: str) -> None:
+        self.job_id = job_id
+        self.path = path
+        super().__init__(f"job {job_id} runs task {path!r}, which does not import as a task ({reason})")
+
+
+def job_priority(task_priority: int) -> int:
+    """The framework's priority (-100..100, higher sooner) as ours (1 first … 4 last), in order.
+
+    Any priority above the default runs before default tasks, which get our default (2).
+    """
+    if task_priority > 0:
+        return 1
+    if task_priority == 0:
+        return 2
+    if task_priority >= -50:
+        return 3
+    return 4
+
+
+class AwaBackend(BaseTaskBackend):
+    """A Tasks framework backend whose tasks are awa_django jobs (see the module docstring)."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        from awa_django.managers import build_row
+        from awa_django.models import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN
+
+        super().__init__(alias, params)
+        where = f"TASKS[{alias!r}]"
+        unknown = sorted(set(self.options) - OPTIONS)
+        if unknown:
+            raise InvalidTaskBackend(f"{where}['OPTIONS']: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
+        max_attempts = self.options.get("MAX_ATTEMPTS", MAX_ATTEMPTS_DEFAULT)
+        if (
+            not isinstance(max_attempts, int)
+            or isinstance(max_attempts, bool)
+            or not MAX_ATTEMPTS_MIN <= max_attempts <= MAX_ATTEMPTS_MAX
+        ):
+            raise InvalidTaskBackend(
+                f"{where}['OPTIONS']['MAX_ATTEMPTS']={max_attempts!r}: "
+                f"must be an integer from {MAX_ATTEMPTS_MIN} to {MAX_ATTEMPTS_MAX}"
+            )
+        self.max_attempts: int = max_attempts
+        for queue in self.queues:
+            try:
+                build_row("task", queue=queue)  # the queue-name rules of every enqueue
+            except InvalidJobError as exc:
+                raise InvalidTaskBackend(f"{where}['QUEUES']: {exc}") from None
+        registry.add_resolver(resolve_task, queues=self.queues)
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        from awa_django.models import NAME_MAX_LENGTH
+
+        super().validate_task(task)
+        if len(task.module_path) > NAME_MAX_LENGTH:
+            raise InvalidTask(
+                f"Task module path {task.module_path!r} is {len(task.module_path)} characters long; "
+                f"a job kind holds at most {NAME_MAX_LENGTH}: use a shorter module or function name."
+            )
+
+    def enqueue(self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult[Any, Any]:
+        """Insert the task's job in the caller's transaction; ``task_enqueued`` follows at commit."""
+        from awa_django.models import Job
+
+        self.validate_task(task)
+        run_after = task.run_after
+        job = Job.objects.enqueue(
+            task.module_path,
+            {"args": _json("args", list(args)), "kwargs": _json("kwargs", dict(kwargs))},
+            queue=task.queue_name,
+            priority=job_priority(task.priority),
+            run_at=run_after,
+            max_attempts=self.max_attempts,
+            metadata={
+                TASK_METADATA_KEY: {
+                    "backend": self.alias,
+                    "priority": task.priority,
+                    "run_after": run_after.isoformat() if run_after is not None else None,
+                }
+            },
+        )
+        result = _task_result(job, task)
+        transaction.on_commit(lambda: task_enqueued.send(type(self), task_result=result), using=job._state.db or None)
+        return result
+
+    async def aenqueue(
+        self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> TaskResult[Any, Any]:
+        """``enqueue`` on Django's connection in the sync thread, so it joins that transaction."""
+        return await sync_to_async(self.enqueue)(task, args, kwargs)
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        from awa_django.models import Job
+
+        job = _task_jobs().filter(pk=_job_id(result_id)).first()
+        if not isinstance(job, Job):
+            raise TaskResultDoesNotExist(result_id)
+        return _task_result(job)
+
+    async def aget_result(self, result_id: str) -> TaskResult[Any, Any]:
+        from awa_django.models import Job
+
+        job = await _task_jobs().filter(pk=_job_id(result_id)).afirst()
+        if not isinstance(job, Job):
+            raise TaskResultDoesNotExist(result_id)
+        return _task_result(job)
+
+
+def _json(field: str, value: Any) -> Any:
+    """The framework's JSON normalisation (tuples become lists …), refused as an enqueue error."""
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJobError(
+            field, value, f"cannot be stored as JSON ({exc}); pass only str, int, float, bool, None, list, dict"
+        ) from None
+
+
+def _job_id(result_id: object) -> int:
+    try:
+        return int(str(result_id))
+    except ValueError:
+        raise TaskResultDoesNotExist(result_id) from None
+
+
+def _task_jobs() -> Any:
+    from awa_django.models import Job
+
+    return Job.objects.using(str(awa_settings.DATABASE_ALIAS)).filter(metadata__has_key=TASK_METADATA_KEY)
+
+
+# --- job row → TaskResult -------------------------------------------------------------
+
+
+def _task_result(job: Any, task: Task[Any, Any] | None = None) -> TaskResult[Any, Any]:
+    """The TaskResult a job row describes (``task`` when the caller already has it)."""
+    info = job.metadata.get(TASK_METADATA_KEY) if isinstance(job.metadata, dict) else None
+    info = info if isinstance(info, dict) else {}
+    if task is None:
+        task = _enqueued_task(job, info)
+    args = job.args if isinstance(job.args, dict) else {}
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task,
+        id=str(job.pk),
+        status=STATUS_BY_STATE[job.state],
+        enqueued_at=job.created_at,
+        started_at=job.attempted_at,
+        finished_at=job.finalized_at,
+        last_attempted_at=job.attempted_at,
+        args=list(args.get("args") or []),
+        kwargs=dict(args.get("kwargs") or {}),
+        backend=str(info.get("backend") or task.backend),
+        errors=[_task_error(entry) for entry in job.errors or [] if isinstance(entry, dict)],
+        worker_ids=[f"attempt-{n}" for n in range(1, job.attempt + 1)],
+    )
+    if job.state == "completed":
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+def _enqueued_task(job: Any, info: dict[str, Any]) -> Task[Any, Any]:
+    try:
+        task = _import_task(job.kind)
+    except Exception as exc:
+        raise TaskImportError(job.pk, job.kind, f"{type(exc).__name__}: {exc}") from exc
+    if task is None:
+        raise TaskImportError(job.pk, job.kind, "no task object at that path")
+    run_after = info.get("run_after")
+    priority = info.get("priority")
+    return task.using(
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        queue_name=job.queue,
+        run_after=parse_datetime(run_after) if isinstance(run_after, str) else None,
+        backend=info.get("backend") or None,
+    )
+
+
+def _task_error(entry: Mapping[str, Any]) -> TaskError:
+    """An error entry as the framework's TaskError: the exception's class path and its traceback.
+
+    Entries of worker-side failures (no handler, a deadline, a cancel) name no exception class of
+    the task's: their path is AwaError's, and their text is kept in the traceback.
+    """
+    error = str(entry.get("error") or "")
+    trace = str(entry.get("traceback") or "")
+    path = entry.get("exception")
+    if not isinstance(path, str) or not path:
+        path = _exception_path(error)
+        if path is None:
+            lines = trace.rstrip().splitlines()
+            path = (_exception_path(lines[-1]) if lines else None) or _WORKER_ERROR_PATH
+            trace = f"{trace}\n{error}" if trace else error
+    return TaskError(exception_class_path=path, traceback=trace or error)
+
+
+def _exception_path(text: str) -> str | None:
+    """``module.Class`` of the exception a describe()d error text starts with, if it does."""
+    match = _EXCEPTION_NAME.match(text)
+    if match is None:
+        return None
+    name = match.group(1)
+    if "." in name:
+        return name
+    found = getattr(builtins, name, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return f"builtins.{name}"
+    return None
+
+
+def _class_path(exc: BaseException) -> str:
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# --- the worker side: kind → handler ----------------------------------------------------
+
+_handlers: dict[str, JobHandler] = {}
+_handlers_lock = threading.Lock()
+
+
+def connect_task_backends(target: Registry) -> None:
+    """Add ``resolve_task`` to ``target`` with the queues of every ``TASKS`` backend that is awa's."""
+    for alias, params in task_backends.settings.items():
+        try:
+            backend_class = import_string(params["BACKEND"])
+        except (ImportError, KeyError):
+            continue  # the framework reports a broken TASKS entry where it is used
+        if isinstance(backend_class, type) and issubclass(backend_class, AwaBackend):
+            target.add_resolver(resolve_task, queues=task_backends[alias].queues)
+
+
+def resolve_task(kind: str) -> JobHandler | None:
+    """The handler running the task at module path ``kind``, or None if ``kind`` is not a task's.
+
+    A module that exists but fails to import gives a handler that raises its error, so the job
+    retries with backoff (a deploy in progress) and keeps the real traceback when it fails.
+    """
+    handler = _handlers.get(kind)
+    if handler is not None:
+        return handler
+    try:
+        task = _import_task(kind)
+    except Exception as exc:
+        return JobHandler(kind, _raising(exc), takes_context=True)
+    if task is None:
+        return None
+    with _handlers_lock:
+        return _handlers.setdefault(kind, _task_handler(kind, task))
+
+
+def _import_task(path: str) -> Task[Any, Any] | None:
+    module_path, _, name = path.rpartition(".")
+    if not module_path or not name.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(module_path)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_path == exc.name or module_path.startswith(f"{exc.name}.")):
+            return None  # no such module: not a task's path
+        raise
+    found = getattr(module, name, None)
+    return found if isinstance(found, Task) else None
+
+
+def _raising(exc: Exception) -> Callable[..., Any]:
+    def fail(context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> None:
+        raise exc
+
+    return fail
+
+
+class _Attempt:
+    """One attempt of a task: its call, and the TaskResults the signals carry."""
+
+    def __init__(self, task: Task[Any, Any], signature: inspect.Signature, started: TaskResult[Any, Any]) -> None:
+        self.task = task
+        self.signature = signature
+        self.started = started
+        self.sender = type(started.task.get_backend())
+
+    def call_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The task's positional and keyword arguments; TerminalError if they cannot fit it."""
+        args: tuple[Any, ...] = tuple(self.started.args)
+        if self.task.takes_context:
+            args = (TaskContext(task_result=self.started), *args)
+        try:
+            self.signature.bind(*args, **self.started.kwargs)
+        except TypeError as exc:
+            raise TerminalError(
+                f"args {self.started.args!r} and kwargs {self.started.kwargs!r} do not match task "
+                f"{self.task.module_path}{self.signature}: {exc}"
+            ) from None
+        return args, self.started.kwargs
+
+    def succeeded(self, value: Any) -> tuple[Any, TaskResult[Any, Any]]:
+        """The value to store (TerminalError if JSON cannot hold it) and the finished result."""
+        try:
+            stored = normalize_json(value)
+            json.dumps(stored, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TerminalError(
+                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); "
+                "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)"
+            ) from None
+        finished = dataclasses.replace(self.started, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
+        object.__setattr__(finished, "_return_value", stored)
+        return stored, finished
+
+    def failed(self, exc: Exception) -> TaskResult[Any, Any]:
+        if isinstance(exc, Snooze):  # not a failure: the task waits and runs again
+            return dataclasses.replace(self.started, status=TaskResultStatus.READY)
+        error = TaskError(exception_class_path=_class_path(exc), traceback="".join(traceback.format_exception(exc)))
+        return dataclasses.replace(
+            self.started,
+            status=TaskResultStatus.FAILED,
+            finished_at=timezone.now(),
+            errors=[*self.started.errors, error],
+        )
+
+
+def _load_result(job_id: int) -> TaskResult[Any, Any]:
+    from awa_django.models import Job
+
+    return _task_result(Job.objects.using(str(awa_settings.DATABASE_ALIAS)).get(pk=job_id))
+
+
+def _load_result_in_thread(job_id: int) -> TaskResult[Any, Any]:
+    close_old_connections()
+    try:
+        return _load_result(job_id)
+    finally:
+        close_old_connections()
+
+
+def _task_handler(kind: str, task: Task[Any, Any]) -> JobHandler:
+    # The wrappers take the job's args ({"args", "kwargs"}) so that the executor's signature check
+    # passes; they call the task with the stored arguments as the TaskResult (the row) has them.
+    signature = inspect.signature(task.func)
+
+    if inspect.iscoroutinefunction(task.func):
+
+        async def run_async(
+            context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None
+        ) -> Any:
+            started = await sync_to_async(_load_result_in_thread, thread_sensitive=False)(context.job_id)
+            attempt = _Attempt(task, signature, started)
+            await task_started.asend(attempt.sender, task_result=started)
+            try:
+                call_args, call_kwargs = attempt.call_args()
+                stored, finished = attempt.succeeded(await task.func(*call_args, **call_kwargs))
+            except Exception as exc:
+                await task_finished.asend(attempt.sender, task_result=attempt.failed(exc))
+                raise
+            await task_finished.asend(attempt.sender, task_result=finished)
+            return stored
+
+        return JobHandler(kind, run_async, queue=task.queue_name, takes_context=True)
+
+    def run_sync(context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
+        started = _load_result(context.job_id)  # in the worker's thread pool
+        attempt = _Attempt(task, signature, started)
+        task_started.send(attempt.sender, task_result=started)
+        try:
+            call_args, call_kwargs = attempt.call_args()
+            stored, finished = attempt.succeeded(task.func(*call_args, **call_kwargs))
+        except Exception as exc:
+            task_finished.send(attempt.sender, task_result=attempt.failed(exc))
+            raise
+        task_finished.send(attempt.sender, task_result=finished)
+        return stored
+
+    return JobHandler(kind, run_sync, queue=task.queue_name, takes_context=True)

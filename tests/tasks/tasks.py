@@ -1,0 +1,53 @@
+"""Module-level tasks for the tests (the framework refuses tasks defined anywhere else)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.tasks.framework import task
+
+
+class BoomError(RuntimeError):
+    pass
+
+
+@task()
+def boom(message: str) -> None:
+    raise BoomError(message)
+
+
+@task(takes_context=True)
+def flaky(context: Any, value: str) -> dict[str, Any]:
+    """Fails on its first attempt; then reports what its context said."""
+    if context.attempt < 2:
+        raise ValueError(f"attempt {context.attempt} fails on purpose")
+    result = context.task_result
+    return {
+        "value": value,
+        "attempt": context.attempt,
+        "id": result.id,
+        "status": str(result.status),
+        "errors": [error.exception_class_path for error in result.errors],
+    }
+
+
+@task()
+async def add_async(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task()
+def label(name: str) -> str:
+    return name
+
+
+@task()
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": args, "kwargs": kwargs}
+
+
+@task()
+def unstorable() -> set[int]:
+    return {1, 2}
