@@ -1,0 +1,1 @@
+"""awa_django's side-by-side benchmark harness: see bench/README.md (`python bench/run.py`)."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AwaBenchConfig(AppConfig):
+    name = "bench.djproject.awabench"
+    label = "awabench"
