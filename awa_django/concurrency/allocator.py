@@ -16,7 +16,7 @@ permits already held, and nothing new is granted until the count is back under i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -191,6 +191,34 @@ class Allocator:
             self._pool.release(queue, overflow - headroom)
             overflow = headroom
         return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
+
+    def keepable(self, queue: str, permits: Sequence[Permit]) -> list[Permit]:
+        """Of ``permits`` (the queue's, all about to come back), those that may pass straight to the
+        queue's next jobs instead of being released and acquired again.
+
+        As many are kept as ``try_acquire`` could grant right after all of them were released, so
+        handing them over never takes more than the rules give the queue now: hard and local
+        slots up to capacity (a shrinking reconfigure keeps fewer), overflow permits up to the
+        queue's fair share, and never above the global maximum. Local permits are kept first.
+        Changes nothing.
+        """
+        state = self._queues.get(queue)
+        held = [p for p in permits if not p.released and p.queue == queue]
+        if state is None or not state.active or not held:
+            return []
+        local = [p for p in held if p.kind != "overflow"]
+        overflow = [p for p in held if p.kind == "overflow"]
+        keep_local = max(0, min(len(local), state.slots.capacity - (state.slots.in_use - len(local))))
+        if self._pool is None:
+            return local[:keep_local]
+        assert self._global_max_workers is not None
+        headroom = self._global_max_workers - (self.total_in_flight - len(held))
+        keep_local = max(0, min(keep_local, headroom))
+        pool = self._pool
+        pool_free = pool.total - (pool.held_total - len(overflow))
+        share_left = pool.fair_share(queue) - (pool.held(queue) - len(overflow))
+        keep_overflow = max(0, min(len(overflow), pool_free, share_left, headroom - keep_local))
+        return local[:keep_local] + overflow[:keep_overflow]
 
     def clear_demand(self, queue: str) -> None:
         """The queue found nothing to claim: stop counting it as a contender for the pool."""

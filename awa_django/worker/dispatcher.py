@@ -129,11 +129,13 @@ class Dispatcher:
         self.hungry = unfilled == 0
         return 0 if self.hungry else worker.config.poll_interval
 
-    async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
+    def claim_params(self, limit: int) -> dict[str, Any]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)
-        params = {"queue": self.queue, "limit": limit, "deadline": deadline}
+        return {"queue": self.queue, "limit": limit, "deadline": deadline}
+
+    async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
         async with self.worker.pool.connection() as conn:
-            cursor = await conn.execute(statements["claim_jobs"], params)
+            cursor = await conn.execute(statements["claim_jobs"], self.claim_params(limit))
             return await cursor.fetchall()
 
 

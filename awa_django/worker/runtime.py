@@ -19,8 +19,9 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -44,7 +45,6 @@ from awa_django.worker.maintenance import Maintenance
 logger = logging.getLogger(__name__)
 
 
-
 class Worker:
     """One worker process's runtime. ``await Worker(config).run()`` until stopped."""
 
@@ -62,7 +62,7 @@ class Worker:
         self.in_flight: dict[int, tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
         self.executor = Executor(self.registry, config.sync_threads)
         self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
-        self.completer = Completer(self.pool)
+        self.completer = Completer(self.pool, hand_over=self)
         self.maintenance = Maintenance(self)
         self.stopping = False
         self.forced = False
@@ -127,21 +127,60 @@ class Worker:
         self.in_flight[job.id] = (job, context, task)
 
     async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
+        submitted = False
         try:
             deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
             outcome = await self.executor.execute(job, context, deadline)
             context.finishing = True
-            written = self.completer.submit(job, outcome, context.progress)
+            # The writer takes the permit over: it frees the slot once the row is written, or
+            # passes it to the queue's next job in the same round trip.
+            written = self.completer.submit(job, outcome, context.progress, permit)
+            submitted = True
             try:
                 await asyncio.shield(written)
             except asyncio.CancelledError:
-                if not self.forced:  # the row is still being written: keep the slot until it is
+                if not self.forced:  # the row is still being written: keep the task until it is
                     with contextlib.suppress(asyncio.CancelledError):
                         await written
                 raise
         finally:
             self.in_flight.pop(job.id, None)
-            permit.release()
+            if not submitted:
+                permit.release()
+
+    # --- hand-over (the writer passes permits straight to the next jobs) -------------
+
+    def plan_hand_over(self, permits: Sequence[Permit]) -> dict[str, tuple[list[Permit], dict[str, Any]]]:
+        if self.stopping or not permits:
+            return {}
+        by_queue: dict[str, list[Permit]] = {}
+        for permit in permits:
+            by_queue.setdefault(permit.queue, []).append(permit)
+        plan: dict[str, tuple[list[Permit], dict[str, Any]]] = {}
+        now = time.monotonic()
+        for queue, mine in by_queue.items():
+            dispatcher = self.dispatchers.get(queue)
+            if dispatcher is None or dispatcher.config.paused or not dispatcher.hungry:
+                continue  # an idle or paused queue: nothing to claim; its permits go back
+            kept = self.allocator.keepable(queue, mine)
+            if dispatcher.bucket is not None and kept:
+                kept = kept[: dispatcher.bucket.take(len(kept), now)]
+            if kept:
+                plan[queue] = (kept, dispatcher.claim_params(len(kept)))
+        return plan
+
+    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
+        dispatcher = self.dispatchers.get(queue)
+        for row, permit in zip(rows, permits, strict=False):
+            self.dispatch(ClaimedJob(*row), permit)
+        unfilled = permits[len(rows) :]
+        if dispatcher is not None:
+            dispatcher.claimed_total += len(rows)
+            if unfilled:
+                dispatcher.hungry = False  # the queue ran dry; a NOTIFY wakes it again
+                if dispatcher.bucket is not None:
+                    dispatcher.bucket.refund(len(unfilled))
+        release_all(unfilled)
 
     # --- the run ---------------------------------------------------------------------
 

@@ -300,3 +300,41 @@ def test_reconfigure__takes_a_copy_of_the_limits() -> None:
     alloc = Allocator(None, {"a": row})
     row.max_workers = 0  # edited after validation, never re-validated
     assert alloc.capacity("a") == HardReserved(max_workers=3)
+
+
+def test_keepable__hard_slots_are_kept_until_a_shrink_puts_the_queue_over_capacity() -> None:
+    allocator = Allocator.hard_reserved({"a": 2})
+    permits = allocator.try_acquire("a", 2)
+    assert allocator.keepable("a", permits) == permits
+
+    allocator.reconfigure(None, {"a": QueueLimits(max_workers=1)})
+
+    assert allocator.keepable("a", permits) == permits[:1]  # what try_acquire would grant after release
+    permits[0].release()  # back under capacity: the one still out may pass on
+    assert allocator.keepable("a", permits) == permits[1:]
+
+
+def test_keepable__overflow_above_fair_share_goes_back_when_another_queue_contends() -> None:
+    allocator = Allocator.weighted(
+        24, {"a": QueueLimits(min_workers=2, weight=3), "b": QueueLimits(min_workers=2, weight=1)}
+    )
+    a = allocator.try_acquire("a", 24)  # sole contender: 2 local + the whole pool of 20
+    assert len(a) == 22
+    assert allocator.keepable("a", a) == a
+
+    assert allocator.try_acquire("b", 24)  # b contends: its 2 local slots, no overflow left
+    local = [p for p in a if p.kind == "local"]
+    overflow = [p for p in a if p.kind == "overflow"]
+    # a's fair share of the pool is now ceil(20 * 3 / 4) = 15 and it holds 20: if six overflow
+    # permits come back at once, only one may be handed over (20 - 6 + 1 = 15)...
+    assert allocator.keepable("a", overflow[:6]) == overflow[:1]
+    # ...while its guaranteed local slots are always kept.
+    assert allocator.keepable("a", local) == local
+
+
+def test_keepable__never_hands_over_released_or_foreign_permits() -> None:
+    allocator = Allocator.hard_reserved({"a": 2, "b": 2})
+    a = allocator.try_acquire("a", 2)
+    b = allocator.try_acquire("b", 1)
+    a[0].release()
+    assert allocator.keepable("a", [*a, *b]) == a[1:]
