@@ -111,11 +111,20 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """n pre-enqueued no-op jobs; workers start; rate from the first handler start to the moment the
     system's completed count reaches n. Then exactly-once is checked in the database."""
     n, concurrency, processes = int(p["n"]), int(p["concurrency"]), int(p["processes"])
+    # Weighted drain: the same jobs with the concurrency given as a global maximum over one queue
+    # (min 0, weight 1), to compare the weighted mode's overhead with the per-queue limit.
+    weighted = None
+    if p.get("weighted"):
+        if not system.supports_weighted:
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.weighted_reason)
+        weighted = {"global_max": concurrency, "queues": {"bench": {"min": 0, "weight": 1}}}
     system.bulk_enqueue(n, kind="noop", queue="bench")
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")
     log_path = system.workdir / "handler.log"
-    workers = system.start_worker(concurrency, processes, ["bench"], log_path)
+    workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
     try:
         done_at = _wait_completed(system, workers, n, float(p.get("timeout", 600)))
     finally:

@@ -96,6 +96,7 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "base",
             660,
         ),
+        ("drain_weighted", "drain", {**drain, "processes": 1, "weighted": True, "timeout": 1800}, "base", 1900),
         ("drain_2p", "drain", {**drain, "processes": 2, "timeout": 1800}, "base", 1900),
         ("drain_4p", "drain", {**drain, "processes": 4, "timeout": 1800}, "base", 1900),
         (
@@ -348,6 +349,7 @@ ROWS = [
     ("fairness A:B running (ideal 17:7)", "fairness", "split", "split", None),
     ("fairness max total running (≤ 24)", "fairness", "max_total_running", "int", None),
     ("fairness mean total running", "fairness", "mean_total_running", "f1", None),
+    ("drain 1 proc, weighted (global 32), jobs/s", "drain_weighted", "jobs_per_s", "int", True),
     ("drain 2 procs x 32, jobs/s", "drain_2p", "jobs_per_s", "int", True),
     ("drain 4 procs x 32, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
@@ -466,7 +468,7 @@ def main() -> None:
     parser.add_argument(
         "--metrics",
         default=None,
-        help="comma list from single,bulk,drain,latency,fairness,drain_2p,drain_4p,latency_finished",
+        help="comma list from single,bulk,drain,latency,fairness,drain_weighted,drain_2p,drain_4p,latency_finished",
     )
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")
     parser.add_argument("--python", default=sys.executable, help="interpreter the venvs are built from")
