@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     # Connections per worker process: this pool (claims, batched writes, heartbeats, snapshots)
     # plus one LISTEN connection and one maintenance-leader connection.
     "POOL_SIZE": 4,
+    # Prepare the enqueue statement on the server; turn off behind a pooler that cannot keep
+    # prepared statements (PgBouncer in transaction mode before 1.21).
+    "PREPARED_STATEMENTS": True,
     # LISTEN for wake-ups; turn off behind a transaction-mode pooler (the worker then polls).
     "LISTEN": True,
     # Enqueue limits.

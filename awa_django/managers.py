@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, connections, models, transaction
@@ -336,6 +337,41 @@ def _copy_array(values: Sequence[str]) -> str:
 _SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
 
 
+def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run one statement on Django's connection (so in the caller's transaction) and return its row.
+
+    Django's cursors bind parameters on the client and never prepare; enqueue is hot enough that a
+    server-side prepared statement matters (~1.3x jobs/s here). So, unless Django is recording
+    queries (DEBUG, tests counting queries) or someone installed an execute wrapper, this runs on
+    a psycopg server-binding cursor over the same connection, prepared, with the same checks and
+    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False turns it off (for a
+    pooler in transaction mode that cannot keep prepared statements).
+    """
+    connection = connections[alias]
+    if connection.queries_logged or connection.execute_wrappers or not awa_settings.PREPARED_STATEMENTS:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()  # type: ignore[no-any-return]
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django turns preparing off on its connections (psycopg then ignores prepare=True too).
+        # Its own cursors bind on the client and never prepare, so a threshold no query reaches
+        # lets explicit prepares through and changes nothing else; with server-side binding
+        # configured, Django's queries would start preparing, so leave the connection alone.
+        if not issubclass(raw.cursor_factory, psycopg.ClientCursor):
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone()  # type: ignore[no-any-return]
+        raw.prepare_threshold = 2**31 - 1
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchone()
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """Query helpers named after the job states."""
 
@@ -416,11 +452,10 @@ class JobManager(models.Manager["Job"]):
             "unique_key": row.unique_key,
             "unique_states": row.unique_states,
         }
-        with connections[alias].cursor() as cursor:
-            cursor.execute(statements["insert_job"], params)
-            inserted = cursor.fetchone()
-            if inserted is None:
-                assert row.unique_key is not None
+        inserted = _execute_prepared(alias, statements["insert_job"], params)
+        if inserted is None:
+            assert row.unique_key is not None
+            with connections[alias].cursor() as cursor:
                 cursor.execute(statements["find_unique_jobs"], {"keys": [row.unique_key]})
                 raise UniqueJobConflictError(row.kind, [r[0] for r in cursor.fetchall()], row.unique_key)
         job_id, state, run_at_db, created_at = inserted

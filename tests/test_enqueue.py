@@ -204,3 +204,22 @@ async def test_job_handler_aenqueue__inserts_job(close_async_connections: None) 
 
 def test_demo_kinds__are_registered_by_autodiscovery() -> None:
     assert {"noop", "sleep", "fail"} <= {h.kind for h in registry}
+
+
+@pytest.mark.django_db
+def test_enqueue__prepared_on_the_server_unless_django_records_queries() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Job.objects.enqueue("noop")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("INSERT INTO awa_job" in text for text in prepared)
+
+    # With queries recorded (DEBUG, assertNumQueries, debug toolbars) enqueue goes through Django's
+    # cursor, so the recorder sees it.
+    with CaptureQueriesContext(connection) as captured:
+        job = Job.objects.enqueue("noop", {"seen": True})
+    assert any("INSERT INTO awa_job" in query["sql"] for query in captured.captured_queries)
+    assert Job.objects.get(pk=job.pk).args == {"seen": True}
