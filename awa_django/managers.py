@@ -334,6 +334,7 @@ def _copy_array(values: Sequence[str]) -> str:
     return _copy_text("{" + ",".join(quoted) + "}")
 
 
+_FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts"})
 _SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
 
 
@@ -504,12 +505,49 @@ class JobManager(models.Manager["Job"]):
         spec that collides with an existing job or with another spec in the call raises
         UniqueJobConflictError and nothing of the call is kept.
         """
+        from awa_django.models import (
+            MAX_ATTEMPTS_DEFAULT,
+            MAX_ATTEMPTS_MAX,
+            MAX_ATTEMPTS_MIN,
+            PRIORITY_DEFAULT,
+            PRIORITY_MAX,
+            PRIORITY_MIN,
+        )
+
         now = timezone.now()
         now_text = now.isoformat()
         rows: list[str] = []  # COPY text-format lines, in copy_jobs' column order
         keys: dict[str, tuple[str, list[str]]] = {}
         indexed: set[str] = set()  # unique keys of this call's rows that the partial unique index covers
+        # The common spec ({kind, args[, queue, priority, max_attempts]}) takes a short path with
+        # the same rules: names already checked in this call are not checked again, and the line
+        # tail is shared. Anything else goes through build_row, like enqueue.
+        names_ok: set[str] = set()
+        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{{}}\t{{}}\t\\N\t\\N\t0\n"
         for index, spec in enumerate(specs):
+            if type(spec) is dict and spec.keys() <= _FAST_KEYS and "kind" in spec:
+                kind = spec["kind"]
+                queue = spec.get("queue", "default")
+                if type(kind) is not str or kind not in names_ok:
+                    names_ok.add(_check_name("kind", kind, index))
+                if type(queue) is not str or queue not in names_ok:
+                    names_ok.add(_check_name("queue", queue, index))
+                args = spec.get("args")
+                if type(args) is dict and not args:
+                    args_json = "{}"
+                else:
+                    args_json = _check_json_object("args", args, index)[1]
+                priority = spec.get("priority", PRIORITY_DEFAULT)
+                max_attempts = spec.get("max_attempts", MAX_ATTEMPTS_DEFAULT)
+                if priority is not PRIORITY_DEFAULT:
+                    _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
+                if max_attempts is not MAX_ATTEMPTS_DEFAULT:
+                    _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                rows.append(
+                    f"{_copy_text(kind)}\t{_copy_text(queue)}\t{args_json.replace(chr(92), chr(92) * 2)}"
+                    f"\tavailable\t{priority}\t0\t{max_attempts}{defaults_tail}"
+                )
+                continue
             if not isinstance(spec, Mapping):
                 raise InvalidJobError("spec", spec, "must be a dict of enqueue() arguments", index=index)
             unknown = set(spec) - _SPEC_KEYS

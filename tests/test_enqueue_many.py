@@ -177,3 +177,64 @@ def test_enqueue_many__inside_atomic_joins_the_callers_transaction(
         raise RollbackError
 
     assert count_jobs(other_connection) == 0
+
+
+_COMPARED = (
+    "kind",
+    "queue",
+    "args",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "errors",
+    "metadata",
+    "tags",
+    "progress",
+    "result",
+    "unique_key",
+    "unique_states",
+    "run_lease",
+)
+
+
+@pytest.mark.django_db
+def test_enqueue_many__plain_specs_store_exactly_what_enqueue_stores() -> None:
+    # Plain specs ({kind, args, queue, priority, max_attempts}) take enqueue_many's short path;
+    # a row written that way must not differ from one enqueue writes.
+    specs = [
+        {"kind": "noop", "args": {"a": [1, "x\\ty", None]}, "queue": "q\\1", "priority": 4, "max_attempts": 3},
+        {"kind": "noop", "args": {}},
+        {"kind": "noop"},
+    ]
+    Job.objects.enqueue_many(specs)
+    bulk = list(Job.objects.order_by("id"))
+    single = [Job.objects.enqueue(**spec) for spec in specs]
+
+    for written, reference in zip(bulk, single, strict=True):
+        assert {f: getattr(written, f) for f in _COMPARED} == {f: getattr(reference, f) for f in _COMPARED}
+        assert abs((written.run_at - written.created_at).total_seconds()) < 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"kind": ["noop"]}, "kind"),
+        ({"kind": "noop", "queue": ""}, "queue"),
+        ({"kind": "noop", "priority": 0}, "priority"),
+        ({"kind": "noop", "priority": True}, "priority"),
+        ({"kind": "noop", "max_attempts": 1001}, "max_attempts"),
+        ({"kind": "noop", "args": {"s": {1, 2}}}, "args"),
+        ({"kind": "noop", "args": {1: "int key"}}, "args"),
+    ],
+)
+def test_enqueue_many__plain_spec_errors_name_the_index_and_write_nothing(bad: dict[str, Any], field: str) -> None:
+    specs: list[dict[str, Any]] = [{"kind": "noop", "args": {"i": i}} for i in range(5)]
+    specs.insert(3, bad)
+
+    with pytest.raises(InvalidJobError) as caught:
+        Job.objects.enqueue_many(specs)
+
+    assert caught.value.index == 3 and caught.value.field == field
+    assert Job.objects.count() == 0
