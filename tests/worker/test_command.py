@@ -18,7 +18,9 @@ from tests.harness import ROOT, worker_env
         (["--poll-interval", "0"], "argument --poll-interval: '0' must be above 0 seconds"),
         (["--poll-interval", "-2"], "argument --poll-interval: '-2' must be above 0 seconds"),
         (["--poll-interval", "soon"], "argument --poll-interval: 'soon' is not a number of seconds"),
-        (["--poll-interval", "nan"], "argument --poll-interval: 'nan' must be above 0 seconds"),
+        (["--poll-interval", "nan"], "argument --poll-interval: 'nan' is not a finite number of seconds"),
+        (["--poll-interval", "inf"], "argument --poll-interval: 'inf' is not a finite number of seconds"),
+        (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: 'inf' is not a finite number of seconds"),
         (["--heartbeat-interval", "0"], "argument --heartbeat-interval: '0' must be above 0 seconds"),
         (["--global-max-workers", "0"], "argument --global-max-workers: '0' must be at least 1"),
         (["--global-max-workers", "2.5"], "argument --global-max-workers: '2.5' is not a whole number"),
@@ -42,8 +44,6 @@ def test_awa_worker__bad_cli_value__command_error_naming_it(argv: list[str], mes
             ["--heartbeat-interval", "5", "--heartbeat-staleness", "2"],
             "heartbeat_staleness (2.0s) must exceed heartbeat_interval (5.0s)",
         ),
-        (["--poll-interval", "inf"], "poll_interval is inf; it must be a number of seconds"),
-        (["--shutdown-timeout", "inf"], "shutdown_timeout is inf; it must be a number of seconds"),
     ],
 )
 def test_awa_worker__inconsistent_settings__command_error_naming_them(argv: list[str], message: str) -> None:

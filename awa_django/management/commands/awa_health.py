@@ -8,7 +8,7 @@ stopping, and no unpaused queue's oldest available job has waited longer than ``
 from __future__ import annotations
 
 import json
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -16,16 +16,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from awa_django import services
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
-    return value
+from awa_django.management.arguments import seconds
 
 
 class Command(BaseCommand):
@@ -39,14 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument(
             "--max-age",
-            type=_seconds,
+            type=seconds,
             default=300.0,
             metavar="SECONDS",
             help="unhealthy when an unpaused queue's oldest available job waited longer (default: 300)",
         )
         parser.add_argument(
             "--stale-after",
-            type=_seconds,
+            type=seconds,
             default=None,
             metavar="SECONDS",
             help="a worker whose snapshot is older is not live (default: 3 snapshot intervals, "

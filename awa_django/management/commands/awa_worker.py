@@ -5,49 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from awa_django.exceptions import ConfigurationError
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value < 0:
-        raise ArgumentTypeError(f"{text!r} must be 0 or more seconds")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+from awa_django.management.arguments import positive_int, seconds, seconds_or_zero
 
 
 class Command(BaseCommand):
-    help = (
-        "Run an awa_django worker: one dispatcher per queue, until SIGTERM/SIGINT "
-        "(a second signal stops at once)."
-    )
+    help = "Run an awa_django worker: one dispatcher per queue, until SIGTERM/SIGINT (a second signal stops at once)."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
@@ -60,27 +28,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--global-max-workers",
-            type=_positive_int,
+            type=positive_int,
             metavar="N",
             help="weighted mode: at most N jobs at once in this worker, shared by weight over min_workers "
             "(default: AWA['GLOBAL_MAX_WORKERS']; unset = hard-reserved, each queue its max_workers)",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=_non_negative_float,
+            type=seconds_or_zero,
             metavar="SECONDS",
             help="time in-flight jobs get to finish after SIGTERM/SIGINT",
         )
         parser.add_argument(
             "--poll-interval",
-            type=_positive_float,
+            type=seconds,
             metavar="SECONDS",
             help="seconds between polls when no NOTIFY arrives",
         )
-        parser.add_argument("--heartbeat-interval", type=_positive_float, metavar="SECONDS")
+        parser.add_argument("--heartbeat-interval", type=seconds, metavar="SECONDS")
         parser.add_argument(
             "--heartbeat-staleness",
-            type=_positive_float,
+            type=seconds,
             metavar="SECONDS",
             help="a running job whose heartbeat is older than this is rescued",
         )

@@ -1,0 +1,42 @@
+"""argparse types shared by the commands: each error names the value and the rule."""
+
+from __future__ import annotations
+
+import math
+from argparse import ArgumentTypeError
+
+
+def seconds(text: str) -> float:
+    """A number of seconds above 0."""
+    value = _number(text)
+    if not value > 0:
+        raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """A number of seconds, 0 or more."""
+    value = _number(text)
+    if value < 0:
+        raise ArgumentTypeError(f"{text!r} must be 0 or more seconds")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
