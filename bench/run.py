@@ -342,16 +342,16 @@ ROWS = [
     # (label, metric key, figure, format, higher is better)
     ("single enqueue, jobs/s", "single", "jobs_per_s", "int", True),
     ("bulk enqueue, jobs/s", "bulk", "jobs_per_s", "int", True),
-    ("drain 1 proc x 32, jobs/s", "drain", "jobs_per_s", "int", True),
+    ("drain 1 proc x {concurrency}, jobs/s", "drain", "jobs_per_s", "int", True),
     ("pickup latency p50, ms", "latency", "p50_ms", "ms", False),
     ("pickup latency p95, ms", "latency", "p95_ms", "ms", False),
     ("pickup latency p99, ms", "latency", "p99_ms", "ms", False),
     ("fairness A:B running (ideal 17:7)", "fairness", "split", "split", None),
     ("fairness max total running (≤ 24)", "fairness", "max_total_running", "int", None),
     ("fairness mean total running", "fairness", "mean_total_running", "f1", None),
-    ("drain 1 proc, weighted (global 32), jobs/s", "drain_weighted", "jobs_per_s", "int", True),
-    ("drain 2 procs x 32, jobs/s", "drain_2p", "jobs_per_s", "int", True),
-    ("drain 4 procs x 32, jobs/s", "drain_4p", "jobs_per_s", "int", True),
+    ("drain 1 proc, weighted (global {concurrency}), jobs/s", "drain_weighted", "jobs_per_s", "int", True),
+    ("drain 2 procs x {concurrency}, jobs/s", "drain_2p", "jobs_per_s", "int", True),
+    ("drain 4 procs x {concurrency}, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
     ("pickup p99 with {finished} finished rows, ms", "latency_finished", "p99_ms", "ms", False),
 ]
@@ -413,7 +413,7 @@ def table(results: dict[str, dict[str, Any]], systems: list[str], size: dict[str
     for label, key, figure, kind, higher in ROWS:
         if key not in keys:
             continue
-        row = [label.format(finished=finished)]
+        row = [label.format(finished=finished, concurrency=size["concurrency"])]
         ref_text, ref_value = cell(ref, key, figure, kind) if ref in systems else ("", None)
         if ref in systems:
             row.append(ref_text)
@@ -470,13 +470,16 @@ def main() -> None:
         default=None,
         help="comma list from single,bulk,drain,latency,fairness,drain_weighted,drain_2p,drain_4p,latency_finished",
     )
+    parser.add_argument("--concurrency", type=int, default=None, help="jobs in flight per worker process (default 32)")
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")
     parser.add_argument("--python", default=sys.executable, help="interpreter the venvs are built from")
     parser.add_argument("--keep-dbs", action="store_true", help="leave the bench databases behind")
     parser.add_argument("--keep-workdirs", action="store_true", help="keep handler logs and worker output")
     args = parser.parse_args()
 
-    size = QUICK if args.quick else FULL
+    size = dict(QUICK if args.quick else FULL)
+    if args.concurrency is not None:
+        size["concurrency"] = args.concurrency
     reps = args.reps or (1 if args.quick else 3)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]
