@@ -171,8 +171,12 @@ class JobAdmin(_JobAdminBase):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes where the actions show (action_location); 5.2 has no such parameter.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
         actions.pop("delete_selected", None)  # discard_selected deletes through the service
         return actions
 

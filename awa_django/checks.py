@@ -12,7 +12,7 @@ from django.db import DatabaseError, transaction
 from awa_django.conf import DEFAULTS, awa_settings
 
 
-@register(Tags.database, Tags.compatibility)
+@register(Tags.compatibility)  # reads settings only: runs with every `manage.py check`
 def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.E001: every database alias must be PostgreSQL (jobs are claimed with SKIP LOCKED)."""
     errors: list[CheckMessage] = []

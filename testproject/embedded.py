@@ -28,7 +28,7 @@ def _server() -> Any:
                 "DATABASE_URL is unset and the embedded PostgreSQL package is missing: "
                 'run `pip install -e ".[dev]"` (or set DATABASE_URL to a PostgreSQL database)'
             ) from exc
-        return pgserver.get_server(DATA_DIR, cleanup_mode=None)
+        return pgserver.get_server(DATA_DIR, cleanup_mode=None)  # type: ignore[attr-defined]
 
 
 def socket_dir() -> str:
