@@ -250,14 +250,22 @@ class Worker:
         dispatcher_tasks = [t for n, t in self._tasks.items() if n.startswith("awa-dispatch-")]
         if not await self._unless_forced(asyncio.gather(*dispatcher_tasks, return_exceptions=True)):
             return
-        jobs = [task for _, _, task in self.in_flight.values()]
-        if jobs:
-            logger.info("waiting for %d in-flight job(s), at most %.1fs", len(jobs), self.config.shutdown_timeout)
-            everything = asyncio.wait(jobs, timeout=self.config.shutdown_timeout)
-            if not await self._unless_forced(everything):
+        if self.in_flight:
+            logger.info(
+                "waiting for %d in-flight job(s), at most %.1fs", len(self.in_flight), self.config.shutdown_timeout
+            )
+        # Re-read in_flight each round: a batch write in progress when the stop came may still
+        # hand its permits to newly claimed jobs, and those must be waited for (or handed back) too.
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        while True:
+            jobs = [task for _, _, task in self.in_flight.values() if not task.done()]
+            left = deadline - time.monotonic()
+            if not jobs or left <= 0:
+                break
+            if not await self._unless_forced(asyncio.wait(jobs, timeout=left)):
                 return
-            if any(not task.done() for task in jobs):
-                await self._hand_back()
+        if any(not task.done() for _, _, task in self.in_flight.values()):
+            await self._hand_back()
         await self._unless_forced(self.completer.wait_idle())
 
     async def _unless_forced(self, awaitable: Awaitable[Any]) -> bool:
