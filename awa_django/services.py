@@ -42,7 +42,6 @@ COUNTED_STATES = (
 )
 
 
-
 def _alias() -> str:
     return str(awa_settings.DATABASE_ALIAS)
 

@@ -8,6 +8,15 @@ Two modes, fixed when the worker starts:
   `global_max_workers - sum(min_workers)` permits, split by weight.
   `max_workers` is ignored in weighted mode.
 
+In weighted mode the pool's fairness rule (`pool.py`) needs time; the allocator reads it from
+the clock it is given (`clock=`, `time.monotonic` by default; tests pass their own), and only
+from that clock.
+
+Each queue's *demand* is what its last `try_acquire` asked for and did not get (it grows
+back by one with each permit the queue releases while it still has demand); `waiting()`
+names the queues with demand that a free permit would now be granted to, so a release wakes
+only the dispatchers that can use it.
+
 Invariants: a queue's `in_flight` is the number of its permits not yet released; in
 hard mode it never grows past `max_workers`, in weighted mode the sum over all queues
 never grows past `global_max_workers`. A `reconfigure` that shrinks a limit keeps the
@@ -16,6 +25,7 @@ permits already held, and nothing new is granted until the count is back under i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -65,12 +75,13 @@ class _QueueState:
     """One queue's local slots. Kept after the queue is removed, so that its outstanding
     permits still have somewhere to go back to and a re-added queue counts them."""
 
-    __slots__ = ("active", "limits", "slots")
+    __slots__ = ("active", "demand", "limits", "slots")
 
     def __init__(self, limits: QueueLimitsLike, capacity: int) -> None:
         self.limits = _frozen(limits)
         self.slots = Slots(capacity)
         self.active = True
+        self.demand = 0  # what the last try_acquire asked for and did not get
 
 
 class Allocator:
@@ -83,8 +94,15 @@ class Allocator:
     e.g. to wake dispatchers waiting for capacity.
     """
 
-    def __init__(self, global_max_workers: int | None, queues: Mapping[str, QueueLimitsLike]) -> None:
+    def __init__(
+        self,
+        global_max_workers: int | None,
+        queues: Mapping[str, QueueLimitsLike],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         validate_capacity(global_max_workers, queues)
+        self._clock = clock
         self._global_max_workers = global_max_workers
         self._queues: dict[str, _QueueState] = {}
         self._pool: OverflowPool | None = None
@@ -95,17 +113,23 @@ class Allocator:
         else:
             for name, limits in queues.items():
                 self._queues[name] = _QueueState(limits, limits.min_workers)
-            self._pool = OverflowPool(*self._pool_config(global_max_workers, queues))
+            self._pool = OverflowPool(*self._pool_config(global_max_workers, queues), now=clock())
 
     @classmethod
-    def hard_reserved(cls, max_workers: Mapping[str, int]) -> Allocator:
+    def hard_reserved(cls, max_workers: Mapping[str, int], *, clock: Callable[[], float] = time.monotonic) -> Allocator:
         """Hard-reserved mode from `{queue: max_workers}`."""
-        return cls(None, {name: QueueLimits(max_workers=n) for name, n in max_workers.items()})
+        return cls(None, {name: QueueLimits(max_workers=n) for name, n in max_workers.items()}, clock=clock)
 
     @classmethod
-    def weighted(cls, global_max_workers: int, queues: Mapping[str, QueueLimitsLike]) -> Allocator:
+    def weighted(
+        cls,
+        global_max_workers: int,
+        queues: Mapping[str, QueueLimitsLike],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Allocator:
         """Weighted mode; each queue's `min_workers` and `weight` are used, `max_workers` is ignored."""
-        return cls(global_max_workers, queues)
+        return cls(global_max_workers, queues, clock=clock)
 
     # --- reading -----------------------------------------------------------------
 
@@ -153,7 +177,29 @@ class Allocator:
             return 0
         if self._pool is None:
             return state.slots.available
-        return min(self._headroom(), state.slots.available + self._pool.grantable(queue))
+        return min(self._headroom(), state.slots.available + self._pool.grantable(queue, now=self._clock()))
+
+    def share(self, queue: str) -> float:
+        """Weighted mode: the queue's fractional share of the overflow pool now (0 when it does
+        not contend); hard mode: its `max_workers`."""
+        state = self._active(queue)
+        if self._pool is None:
+            return float(state.limits.max_workers)
+        return self._pool.share(queue)
+
+    def demand(self, queue: str) -> int:
+        """What the queue's last `try_acquire` asked for and did not get (0 once cleared)."""
+        return self._active(queue).demand
+
+    def waiting(self) -> list[str]:
+        """The queues with demand that a permit free now would be granted to (most owed first in
+        the overflow pool): the dispatchers to wake when capacity comes back."""
+        if self._pool is None:
+            return [n for n, s in self._queues.items() if s.active and s.demand > 0 and s.slots.available > 0]
+        if self._headroom() == 0:
+            return []
+        local = [n for n, s in self._queues.items() if s.active and s.demand > 0 and s.slots.available > 0]
+        return list(dict.fromkeys([*local, *self._pool.waiting(now=self._clock())]))
 
     def snapshot(self) -> dict[str, dict[str, int | str]]:
         """`{queue: {mode, capacity fields, in_flight, available}}` for the configured queues, JSON-ready."""
@@ -181,15 +227,19 @@ class Allocator:
         if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
             raise ValueError(f"wanted must be an integer of at least 0, got {wanted!r}")
         if self._pool is None:
-            return self._permits(queue, "hard", state.slots.try_acquire(wanted))
+            granted = state.slots.try_acquire(wanted)
+            state.demand = wanted - granted
+            return self._permits(queue, "hard", granted)
+        now = self._clock()
         headroom = self._headroom()
         local = state.slots.try_acquire(min(wanted, headroom))
         headroom -= local
         # The whole rest is recorded as demand even when the headroom is spent: the queue contends.
-        overflow = self._pool.try_acquire(queue, wanted - local)
+        overflow = self._pool.try_acquire(queue, wanted - local, now=now)
         if overflow > headroom:  # only after a reconfigure left more in flight than the global maximum
-            self._pool.release(queue, overflow - headroom)
+            self._pool.release(queue, overflow - headroom, now=now)
             overflow = headroom
+        state.demand = wanted - local - overflow
         return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
 
     def keepable(self, queue: str, permits: Sequence[Permit]) -> list[Permit]:
@@ -199,7 +249,8 @@ class Allocator:
         As many are kept as ``try_acquire`` could grant right after all of them were released, so
         handing them over never takes more than the rules give the queue now: hard and local
         slots up to capacity (a shrinking reconfigure keeps fewer), overflow permits up to the
-        queue's fair share, and never above the global maximum. Local permits are kept first.
+        queue's target in the pool (so not while a contender below its share waits for one), and
+        never above the global maximum. Local permits are kept first.
         Changes nothing.
         """
         state = self._queues.get(queue)
@@ -214,17 +265,15 @@ class Allocator:
         assert self._global_max_workers is not None
         headroom = self._global_max_workers - (self.total_in_flight - len(held))
         keep_local = max(0, min(keep_local, headroom))
-        pool = self._pool
-        pool_free = pool.total - (pool.held_total - len(overflow))
-        share_left = pool.fair_share(queue) - (pool.held(queue) - len(overflow))
-        keep_overflow = max(0, min(len(overflow), pool_free, share_left, headroom - keep_local))
+        keep_overflow = max(0, min(self._pool.keepable(queue, len(overflow), now=self._clock()), headroom - keep_local))
         return local[:keep_local] + overflow[:keep_overflow]
 
     def clear_demand(self, queue: str) -> None:
         """The queue found nothing to claim: stop counting it as a contender for the pool."""
-        self._active(queue)
+        state = self._active(queue)
+        state.demand = 0
         if self._pool is not None:
-            self._pool.try_acquire(queue, 0)
+            self._pool.try_acquire(queue, 0, now=self._clock())
 
     def reconfigure(self, global_max_workers: int | None, queues: Mapping[str, QueueLimitsLike]) -> None:
         """Apply new limits live; queues may be added or removed.
@@ -252,7 +301,7 @@ class Allocator:
                 existing.slots.resize(capacity)
         self._global_max_workers = global_max_workers
         if self._pool is not None and global_max_workers is not None:
-            self._pool.reconfigure(*self._pool_config(global_max_workers, queues))
+            self._pool.reconfigure(*self._pool_config(global_max_workers, queues), now=self._clock())
         # Drop removed queues once nothing of theirs is outstanding.
         for name in [n for n, s in self._queues.items() if not s.active and self._in_flight(s, n) == 0]:
             del self._queues[name]
@@ -285,15 +334,21 @@ class Allocator:
             pool = self._pool
             assert pool is not None
 
+            state = self._queues[queue]
+
             def give_back() -> None:
-                pool.release(queue, 1)
+                pool.release(queue, 1, now=self._clock())
+                if state.demand > 0:  # it could use the freed slot again
+                    state.demand += 1
                 self._released(queue)
 
         else:
-            slots = self._queues[queue].slots
+            state = self._queues[queue]
 
             def give_back() -> None:
-                slots.release(1)
+                state.slots.release(1)
+                if state.demand > 0:  # it could use the freed slot again
+                    state.demand += 1
                 self._released(queue)
 
         return [Permit(queue, kind, give_back) for _ in range(n)]

@@ -1,21 +1,44 @@
-"""The shared overflow pool of weighted mode.
+"""The shared overflow pool of weighted mode, and its fairness rule.
 
-The allocation rule. `try_acquire(queue, wanted)` records `demand[queue] = wanted`.
-A queue *contends* while its demand or its held count is above zero; the contending
-weight is the sum of the contenders' weights. A queue's fair share is
-`ceil(total * weight / contending_weight)`, and it is granted
+**Who contends.** A queue contends while it holds overflow permits or has *demand*: the
+number of further slots it could use right now, as its dispatcher last said
+(`try_acquire(queue, wanted)` records `wanted`; `try_acquire(queue, 0)` clears it). The
+dispatcher asks only when it knows of backlog and has rate tokens, and clears its demand
+when a claim comes back short or the queue is paused, so an empty, paused or rate-starved
+queue does not contend. A queue's *cap* is what it could use: `held + demand`.
 
-    max(0, min(wanted, available, fair_share - held[queue]))
+**Fractional shares: weighted water-fill.** The pool's `total` is divided among the
+contenders in proportion to weight, except that no queue gets more than its cap; what a
+capped queue cannot use is divided among the others the same way. With one contender its
+share is the whole pool (work-conserving); shares sum to `min(total, sum of caps)`.
 
-where `available = total - sum(held)`. So a sole contender may take the whole pool
-(work-conserving), contending queues split it by weight, and `sum(held) <= total`.
-After a `reconfigure` that shrinks the total below what is already held, the held
-permits stay held and nothing is granted until the sum drops below the new total.
+**Integer targets: a credit ledger rotates the remainder.** Each contender earns credit at
+the rate `share - held` (slot-seconds, on the clock passed in): a queue below its share
+gains, one above it pays. Every queue's integer *target* is `floor(share)` (or its cap,
+when capped); the `R` slots left over (`R` < number of contenders) go, one each, to the
+uncapped contenders with the most credit (then the one furthest below its share, then the
+one granted longest ago). A queue that starts contending joins level with the average
+contender's credit: a queue that left (it ran dry, or out of rate tokens) leaves its credit
+or debt behind ("use it or lose it"). A queue is
+granted up to `target - held`, never more than is free, and `sum(targets) <= total`. Since
+a queue holding a remainder slot pays for it and one without it earns, the remainder
+rotates, and every contender's average held count approaches its fractional share: the
+credit of each stays bounded by its longest job's run time.
+
+Nothing is taken back: a queue above its target (the targets moved while it held) keeps
+its permits until it releases them, and gets nothing new until it is below its target.
+A queue that stops contending forgets its credit. After a `reconfigure` that shrinks the
+total below what is held, nothing is granted until the sum is back under it.
+
+Cost: a decision is O(c) in the number of contenders c (O(c log c) when the set of
+contenders, a cap, a weight or the total changed since the last one); queues that do not
+contend cost nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from awa_django.exceptions import InvalidWeightError
 
@@ -32,22 +55,48 @@ def _checked_weights(weights: Mapping[str, int]) -> dict[str, int]:
     return dict(weights)
 
 
+@dataclass(slots=True)
+class _Entry:
+    """One queue's standing in the pool."""
+
+    weight: int  # 0 once removed by `reconfigure` (it keeps its held permits until released)
+    held: int = 0
+    demand: int = 0
+    credit: float = 0.0  # slot-seconds below (+) or above (-) its share, up to `stamp`
+    stamp: float = 0.0
+    last_grant: float = float("-inf")
+    share: float = 0.0  # fractional share, valid while the pool's plan is clean
+    floor: int = 0  # integer part of the share (the cap when capped)
+    capped: bool = False
+
+    @property
+    def contending(self) -> bool:
+        return self.held > 0 or (self.demand > 0 and self.weight > 0)
+
+
 class OverflowPool:
-    """`total` permits shared by weighted queues; see the module docstring for the rule."""
+    """`total` permits shared by weighted queues; see the module docstring for the rule.
 
-    __slots__ = ("_demand", "_held", "_held_total", "_total", "_weights")
+    Every method that changes something or depends on the ledger takes `now` (seconds on
+    any monotonic clock); without it the pool uses the latest time it was given, so a
+    caller that never passes time gets the same targets without rotation over time.
+    """
 
-    def __init__(self, total: int, weights: Mapping[str, int]) -> None:
+    __slots__ = ("_contenders", "_entries", "_held_total", "_now", "_remainder", "_total")
+
+    def __init__(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         _check_count("total", total)
-        self._weights = _checked_weights(weights)
         self._total = total
-        # `_held` may keep queues removed by `reconfigure` until they release everything.
-        self._held: dict[str, int] = dict.fromkeys(self._weights, 0)
-        self._demand: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self._entries: dict[str, _Entry] = {q: _Entry(w) for q, w in _checked_weights(weights).items()}
+        self._contenders: dict[str, _Entry] = {}
         self._held_total = 0
+        self._now = 0.0 if now is None else now
+        self._remainder = 0
 
     def __repr__(self) -> str:
-        return f"OverflowPool(total={self._total}, held={self._held!r}, demand={self._demand!r})"
+        held = {q: e.held for q, e in self._entries.items()}
+        demand = {q: e.demand for q, e in self._entries.items() if e.weight}
+        return f"OverflowPool(total={self._total}, held={held!r}, demand={demand!r})"
 
     # --- reading -----------------------------------------------------------------
 
@@ -65,64 +114,127 @@ class OverflowPool:
 
     @property
     def weights(self) -> dict[str, int]:
-        return dict(self._weights)
+        return {q: e.weight for q, e in self._entries.items() if e.weight}
 
     @property
     def contenders(self) -> frozenset[str]:
-        """Queues whose demand or held count is above zero (and that still have a weight)."""
-        return frozenset(q for q in self._weights if self._demand[q] > 0 or self._held[q] > 0)
+        """Queues that hold permits or have demand (removed queues only while they hold)."""
+        return frozenset(self._contenders)
 
     def held(self, queue: str) -> int:
-        if queue not in self._held:
-            raise self._unknown(queue)
-        return self._held[queue]
+        return self._entry(queue, removed_ok=True).held
 
     def demand(self, queue: str) -> int:
-        self._check_known(queue)
-        return self._demand[queue]
+        return self._known(queue).demand
 
-    def fair_share(self, queue: str) -> int:
-        """The queue's share of the pool, counting it as a contender."""
-        self._check_known(queue)
-        weight = self._weights[queue]
-        contending = sum(self._weights[q] for q in self.contenders | {queue})
-        return -(-self._total * weight // contending)  # ceil without floats
+    def share(self, queue: str) -> float:
+        """The queue's fractional share now (0 while it does not contend)."""
+        self._known(queue)
+        entry = self._contenders.get(queue)
+        return 0.0 if entry is None else entry.share
 
-    def grantable(self, queue: str) -> int:
-        """What `try_acquire(queue, n)` would grant now for a large `n`, without recording demand."""
-        return max(0, min(self.available, self.fair_share(queue) - self._held[queue]))
+    def credit(self, queue: str, *, now: float | None = None) -> float:
+        """Slot-seconds the queue is owed (+) or has had beyond its share (-) while contending."""
+        entry = self._known(queue)
+        now = self._advance(now)
+        return self._credit(entry, now) if queue in self._contenders else 0.0
+
+    def target(self, queue: str, *, now: float | None = None) -> int:
+        """How many overflow permits the queue may hold now (0 while it does not contend)."""
+        self._known(queue)
+        now = self._advance(now)
+        return self._targets(now).get(queue, 0)
+
+    def fair_share(self, queue: str, *, now: float | None = None) -> int:
+        """The integer share the queue would have if it contended now with a large demand."""
+        entry = self._known(queue)
+        now = self._advance(now)
+        saved, large = entry.demand, max(self._total, 1)
+        if saved >= large:
+            return self._targets(now).get(queue, 0)
+        self._set_demand(entry, queue, large, now)
+        try:
+            return self._targets(now).get(queue, 0)
+        finally:
+            self._set_demand(entry, queue, saved, now)
+
+    def grantable(self, queue: str, *, now: float | None = None) -> int:
+        """What `try_acquire(queue, n)` would grant now for a large `n`, changing nothing."""
+        entry = self._known(queue)
+        return max(0, min(self.available, self.fair_share(queue, now=now) - entry.held))
+
+    def waiting(self, *, now: float | None = None) -> list[str]:
+        """Queues with demand that are below their target while permits are free: the ones to
+        wake when capacity comes back, most owed first."""
+        now = self._advance(now)
+        if self.available == 0:
+            return []
+        targets = self._targets(now)
+        below = [
+            (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
+        ]
+        below.sort(key=lambda pair: self._rank(pair[0], pair[1], now))
+        return [q for _, q in below]
+
+    def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
+        """Of `returning` permits the queue is about to give back, how many it may keep for its
+        next jobs: as many as `try_acquire` would grant right after they came back."""
+        entry = self._known(queue)
+        _check_count("returning", returning)
+        if returning > entry.held:
+            raise ValueError(f"queue {queue!r} cannot return {returning} overflow permits: it holds {entry.held}")
+        now = self._advance(now)
+        if entry.demand == 0:
+            return 0
+        target = self._targets(now).get(queue, 0)
+        free = self._total - (self._held_total - returning)
+        return max(0, min(returning, free, target - (entry.held - returning)))
 
     # --- changing ----------------------------------------------------------------
 
-    def try_acquire(self, queue: str, wanted: int) -> int:
-        """Record the queue's demand and grant what the rule allows; never blocks.
+    def try_acquire(self, queue: str, wanted: int, *, now: float | None = None) -> int:
+        """Record `wanted` as the queue's demand and grant what the rule allows; never blocks.
 
         `try_acquire(queue, 0)` clears the demand: a queue holding nothing then stops
-        contending.
+        contending (and forgets its credit).
         """
-        self._check_known(queue)
+        entry = self._known(queue)
         _check_count("wanted", wanted)
-        self._demand[queue] = wanted
+        now = self._advance(now)
+        self._set_demand(entry, queue, wanted, now)
         if wanted == 0:
             return 0
-        granted = max(0, min(wanted, self.available, self.fair_share(queue) - self._held[queue]))
-        self._held[queue] += granted
-        self._held_total += granted
+        granted = max(0, min(wanted, self.available, self._targets(now).get(queue, 0) - entry.held))
+        if granted:
+            # held + demand (the cap) is unchanged, and with it every share.
+            self._settle(entry, now)
+            entry.held += granted
+            entry.demand = wanted - granted
+            entry.last_grant = now
+            self._held_total += granted
         return granted
 
-    def release(self, queue: str, n: int = 1) -> None:
-        if queue not in self._held:
-            raise self._unknown(queue)
+    def release(self, queue: str, n: int = 1, *, now: float | None = None) -> None:
+        """Give `n` permits back. A queue that still has demand could use the freed slots, so
+        its cap (and every share) stays as it was; one without demand shrinks to what it holds."""
+        entry = self._entry(queue, removed_ok=True)
         _check_count("n", n)
-        held = self._held[queue]
-        if n > held:
-            raise ValueError(f"queue {queue!r} cannot release {n} overflow permits: it holds {held}")
-        self._held[queue] = held - n
+        if n > entry.held:
+            raise ValueError(f"queue {queue!r} cannot release {n} overflow permits: it holds {entry.held}")
+        if n == 0:
+            return
+        now = self._advance(now)
+        self._settle(entry, now)
+        entry.held -= n
         self._held_total -= n
-        if self._held[queue] == 0 and queue not in self._weights:
-            del self._held[queue]
+        if entry.demand > 0 and entry.weight > 0:
+            entry.demand += n
+            return
+        self._settle_all(now)
+        self._update_membership(queue, entry)
+        self._plan()
 
-    def reconfigure(self, total: int, weights: Mapping[str, int]) -> None:
+    def reconfigure(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         """Change the total and the weights live; validated before anything changes.
 
         Permits already held stay held and are released normally; a queue removed from
@@ -130,20 +242,123 @@ class OverflowPool:
         """
         _check_count("total", total)
         new_weights = _checked_weights(weights)
+        now = self._advance(now)
+        self._settle_all(now)
         self._total = total
-        self._weights = new_weights
-        self._demand = {q: self._demand.get(q, 0) for q in new_weights}
-        for queue in new_weights:
-            self._held.setdefault(queue, 0)
-        for queue in [q for q, n in self._held.items() if n == 0 and q not in new_weights]:
-            del self._held[queue]
+        for queue, entry in list(self._entries.items()):
+            if queue not in new_weights:
+                entry.weight = 0
+                entry.demand = 0
+                self._update_membership(queue, entry)
+        for queue, weight in new_weights.items():
+            entry = self._entries.setdefault(queue, _Entry(weight, stamp=now))
+            entry.weight = weight
+        self._plan()
+
+    # --- the rule ------------------------------------------------------------------
+
+    def _set_demand(self, entry: _Entry, queue: str, demand: int, now: float) -> None:
+        if entry.demand != demand:
+            self._settle_all(now)
+            entry.demand = demand
+            self._update_membership(queue, entry)
+            self._plan()
+
+    def _update_membership(self, queue: str, entry: _Entry) -> None:
+        """Keep `_contenders` in step with `entry.contending`; a newcomer starts with no credit."""
+        if entry.contending:
+            if queue not in self._contenders:
+                # A newcomer starts level with the average contender: what the others earned
+                # or owe among themselves is theirs, and a queue that left (it ran dry, or out
+                # of rate tokens) left its own credit or debt behind.
+                others = self._contenders.values()
+                entry.credit = sum(e.credit for e in others) / len(others) if others else 0.0
+                entry.stamp = self._now
+                self._contenders[queue] = entry
+        else:
+            self._contenders.pop(queue, None)
+            entry.credit = 0.0
+            if entry.weight == 0:
+                del self._entries[queue]
+
+    def _plan(self) -> None:
+        """Recompute the fractional shares and their floors (weighted water-fill). Every credit
+        must have been settled up to now under the old shares first."""
+        entries = list(self._contenders.values())
+        for e in entries:
+            e.share, e.floor, e.capped = float(e.held), e.held, True
+        # Removed queues (weight 0) keep what they hold and take no part in the split.
+        fill = sorted((e for e in entries if e.weight > 0), key=lambda e: (e.held + e.demand) / e.weight)
+        left = self._total - sum(e.held for e in entries if e.weight == 0)
+        weight = sum(e.weight for e in fill)
+        index = 0
+        while index < len(fill):
+            e = fill[index]
+            cap = e.held + e.demand
+            if left <= 0 or cap * weight > left * e.weight:
+                break
+            e.share, e.floor, e.capped = float(cap), cap, True
+            left -= cap
+            weight -= e.weight
+            index += 1
+        left = max(0, left)
+        floors = 0
+        for e in fill[index:]:
+            e.share = left * e.weight / weight
+            e.floor = left * e.weight // weight  # exact, whatever the float rounding
+            e.capped = False
+            floors += e.floor
+        self._remainder = left - floors if index < len(fill) else 0
+
+    def _targets(self, now: float) -> dict[str, int]:
+        targets = {q: e.floor for q, e in self._contenders.items()}
+        if self._remainder > 0:
+            extra = [(q, e) for q, e in self._contenders.items() if not e.capped and e.share > e.floor]
+            extra.sort(key=lambda pair: self._rank(pair[1], pair[0], now))
+            for queue, _ in extra[: self._remainder]:
+                targets[queue] += 1
+        return targets
+
+    def _rank(self, entry: _Entry, queue: str, now: float) -> tuple[float, float, float, str]:
+        """Most owed first; on a tie the one furthest below its share now, then the one granted
+        longest ago (so ties rotate instead of going to the first-configured queue)."""
+        return (-self._credit(entry, now), entry.held - entry.share, entry.last_grant, queue)
+
+    def _credit(self, entry: _Entry, now: float) -> float:
+        return entry.credit + (entry.share - entry.held) * max(0.0, now - entry.stamp)
+
+    def _settle(self, entry: _Entry, now: float) -> None:
+        """Bring one contender's credit up to `now`, before its held count or share changes."""
+        if entry.stamp < now:
+            entry.credit = self._credit(entry, now)
+            entry.stamp = now
+
+    def _settle_all(self, now: float) -> None:
+        for entry in self._contenders.values():
+            self._settle(entry, now)
+
+    def _advance(self, now: float | None) -> float:
+        if now is not None and now > self._now:
+            self._now = now
+        return self._now
 
     # --- helpers -----------------------------------------------------------------
 
-    def _check_known(self, queue: str) -> None:
-        if queue not in self._weights:
+    def _known(self, queue: str) -> _Entry:
+        entry = self._entries.get(queue)
+        if entry is None or entry.weight == 0:
             raise self._unknown(queue)
+        return entry
+
+    def _entry(self, queue: str, *, removed_ok: bool) -> _Entry:
+        entry = self._entries.get(queue)
+        if entry is None or (entry.weight == 0 and not removed_ok):
+            raise self._unknown(queue)
+        return entry
 
     def _unknown(self, queue: str) -> KeyError:
-        known = ", ".join(repr(q) for q in self._weights) or "none"
+        known = ", ".join(repr(q) for q, e in self._entries.items() if e.weight) or "none"
         return KeyError(f"queue {queue!r} is not in this overflow pool (its queues: {known})")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(q for q, e in self._entries.items() if e.weight)

@@ -1,12 +1,18 @@
 """One queue's dispatcher: permits first, then the claim, then one task per job.
 
+A dispatcher asks for permits only while its queue is believed to have backlog (``hungry``)
+and has rate tokens, so what the allocator records as demand means "could use a slot now".
+An idle dispatcher issues no query: it sleeps until a NOTIFY for its queue, the worker's
+backlog probe (one query per poll interval for every idle queue), a settings change, or a
+freed permit that the allocator says it may take.
+
 ``poll_once`` follows DESIGN.md's six phases exactly:
 
 1. pre-acquire permits without blocking (hard slots; or local min_workers slots, then overflow);
 2. apply the queue's rate limit by dropping surplus permits;
 3. claim at most that many jobs from the database;
 4. release the permits the database did not fill;
-5. if nothing was claimed, clear the queue's demand so an empty queue stops contending;
+5. if the claim came back short, clear the queue's demand so an empty queue stops contending;
 6. dispatch each job with exactly one permit, released when its task ends, after its final
    state is written: a row marked running always holds a slot.
 """
@@ -38,9 +44,13 @@ class Dispatcher:
         self.config = config
         self.bucket: TokenBucket | None = None
         self.wake = asyncio.Event()
-        # True while the last poll filled every permit it had (there may be more work, and it
-        # waits for capacity); a poll that found fewer rows than permits waits for a NOTIFY.
+        # True while the queue is believed to have backlog: at start, after a claim that filled
+        # every permit, and after a NOTIFY or the worker's backlog probe (``nudge``). Only then
+        # does it ask for permits, so an empty queue never contends; a claim that comes back
+        # short sets it False and the dispatcher sleeps until nudged.
         self.hungry = True
+        self.nudges = 0
+        self.polling = False
         self.claimed_total = 0
         self.apply(config)
 
@@ -50,9 +60,15 @@ class Dispatcher:
         if config.rate_limit is None:
             self.bucket = None
         elif self.bucket is None:
-            self.bucket = TokenBucket(config.rate_limit, config.rate_burst)
+            self.bucket = TokenBucket(config.rate_limit, config.rate_burst, queue=config.name)
         else:
             self.bucket.reconfigure(config.rate_limit, config.rate_burst, now=time.monotonic())
+        self.nudge()
+
+    def nudge(self) -> None:
+        """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""
+        self.nudges += 1
+        self.hungry = True
         self.wake.set()
 
     @property
@@ -67,6 +83,7 @@ class Dispatcher:
         backoff = Backoff()
         while not self.worker.stopping:
             self.wake.clear()
+            timeout: float | None
             try:
                 timeout = await self.poll_once()
                 backoff.reset()
@@ -81,53 +98,69 @@ class Dispatcher:
             except TimeoutError:
                 pass
 
-    async def poll_once(self) -> float:
-        """One round of the six phases; returns how long to wait before the next (0 = at once)."""
+    async def poll_once(self) -> float | None:
+        """One round of the six phases; returns how long to wait before the next: 0 = at once,
+        None = until woken (by a NOTIFY, the backlog probe, or a permit it may now take)."""
+        self.polling = True
+        try:
+            return await self._poll()
+        finally:
+            self.polling = False
+
+    async def _poll(self) -> float | None:
         worker = self.worker
         if self.config.paused:
-            worker.allocator.clear_demand(self.queue)
             self.hungry = False
-            return worker.config.poll_interval
-        # 1. pre-acquire, never blocking.
-        permits = worker.allocator.try_acquire(self.queue, self.wanted)
-        if not permits:
-            self.hungry = True  # waiting for capacity: a released permit wakes us
-            return worker.config.poll_interval
-        # 2. the rate limit drops surplus permits.
+            self.stand_down()
+            return None
+        if not self.hungry:
+            return None
+        # A queue without rate tokens cannot use a slot now: it does not contend meanwhile.
         now = time.monotonic()
+        wanted = self.wanted
         if self.bucket is not None:
-            allowed = self.bucket.take(len(permits), now)
-            if allowed < len(permits):
-                worker.release_quietly(permits[allowed:])
-                permits = permits[:allowed]
-            if not permits:
-                self.hungry = False
+            tokens = self.bucket.available(now)
+            if tokens == 0:
+                self.stand_down()
                 return max(self.bucket.seconds_until(1, now), 0.001)
+            wanted = min(wanted, tokens)
+        # 1. pre-acquire, never blocking; refused, the queue's demand is recorded and the
+        #    allocator names it among the waiting when a permit it may take comes back.
+        permits = worker.allocator.try_acquire(self.queue, wanted)
+        if not permits:
+            return None
+        # 2. the rate limit: no more permits than tokens were asked for, so take them all.
+        if self.bucket is not None:
+            self.bucket.take(len(permits), now)
         # 3. claim at most that many rows.
+        nudges = self.nudges
         try:
             rows = await self._claim(len(permits))
         except BaseException:
-            worker.release_quietly(permits)
+            worker.give_back(permits)
             if self.bucket is not None:
                 self.bucket.refund(len(permits))
             raise
         # 4. release what the database did not fill.
         unfilled = len(permits) - len(rows)
         if unfilled:
-            worker.release_quietly(permits[len(rows) :])
+            worker.give_back(permits[len(rows) :])
             if self.bucket is not None:
                 self.bucket.refund(unfilled)
-        # 5. an empty queue stops contending.
-        if not rows:
-            worker.allocator.clear_demand(self.queue)
-            self.hungry = False
-            return worker.config.poll_interval
+            # 5. the queue ran dry: it stops contending, unless a NOTIFY came meanwhile.
+            if self.nudges == nudges:
+                self.hungry = False
+                self.stand_down()
         # 6. dispatch each job with exactly one permit.
         self.claimed_total += len(rows)
         for row, permit in zip(rows, permits, strict=False):
             worker.dispatch(ClaimedJob(*row), permit)
-        self.hungry = unfilled == 0
-        return 0 if self.hungry else worker.config.poll_interval
+        return 0 if self.hungry else None
+
+    def stand_down(self) -> None:
+        """This queue cannot use a slot now: clear its demand, and wake those who now can."""
+        self.worker.allocator.clear_demand(self.queue)
+        self.worker.wake_waiting()
 
     def claim_params(self, limit: int) -> dict[str, Any]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)

@@ -57,7 +57,7 @@ class Worker:
         self.started_at = datetime.now(timezone.utc)
         self.allocator = Allocator(config.global_max_workers, config.queues)
         self.allocator.on_release = self._on_release
-        self._quiet = False
+        self._wake_scheduled = False
         self.dispatchers: dict[str, Dispatcher] = {}
         self.in_flight: dict[int, tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
         self.executor = Executor(self.registry, config.sync_threads)
@@ -100,26 +100,30 @@ class Worker:
     # --- permits and jobs ------------------------------------------------------------
 
     def _on_release(self, queue: str) -> None:
-        """A permit came back: wake the dispatchers that wait for capacity."""
-        if self._quiet:
+        """A permit came back: wake the dispatchers that may take one now (once per loop turn,
+        however many permits a batch gives back)."""
+        self.wake_waiting()
+
+    def wake_waiting(self) -> None:
+        """Wake, soon, the dispatchers the allocator says a free permit would now be granted to."""
+        if self._wake_scheduled:
             return
-        if self.allocator.mode == "hard_reserved":
+        if self._loop is None:
+            self._wake_waiting_now()
+            return
+        self._wake_scheduled = True
+        self._loop.call_soon_threadsafe(self._wake_waiting_now)
+
+    def _wake_waiting_now(self) -> None:
+        self._wake_scheduled = False
+        for queue in self.allocator.waiting():
             dispatcher = self.dispatchers.get(queue)
-            if dispatcher is not None and dispatcher.hungry:
-                dispatcher.wake.set()
-            return
-        for dispatcher in self.dispatchers.values():
-            if dispatcher.hungry:
+            if dispatcher is not None:
                 dispatcher.wake.set()
 
-    def release_quietly(self, permits: Iterable[Permit]) -> None:
-        """Release permits a poll could not use, without waking the other dispatchers for them
-        (an empty queue returning its permits must not set off a round of empty polls)."""
-        self._quiet = True
-        try:
-            release_all(permits)
-        finally:
-            self._quiet = False
+    def give_back(self, permits: Iterable[Permit]) -> None:
+        """Release permits a poll could not use (each release wakes only who may take it)."""
+        release_all(permits)
 
     def dispatch(self, job: ClaimedJob, permit: Permit) -> None:
         context = JobContext(job)
@@ -174,13 +178,15 @@ class Worker:
         for row, permit in zip(rows, permits, strict=False):
             self.dispatch(ClaimedJob(*row), permit)
         unfilled = permits[len(rows) :]
+        release_all(unfilled)
         if dispatcher is not None:
             dispatcher.claimed_total += len(rows)
             if unfilled:
-                dispatcher.hungry = False  # the queue ran dry; a NOTIFY wakes it again
                 if dispatcher.bucket is not None:
                     dispatcher.bucket.refund(len(unfilled))
-        release_all(unfilled)
+                if not dispatcher.polling:  # the queue ran dry; a NOTIFY or the probe wakes it again
+                    dispatcher.hungry = False
+                    dispatcher.stand_down()
 
     # --- the run ---------------------------------------------------------------------
 
@@ -203,6 +209,7 @@ class Worker:
             self._spawn("awa-listener", self._listen())
             self._spawn("awa-heartbeat", self._heartbeat())
             self._spawn("awa-maintenance", self.maintenance.run())
+            self._spawn("awa-backlog", self._backlog_probe())
             self._spawn("awa-snapshot", self._snapshots())
             self._spawn("awa-reconfigure", self._reconfigure_loop())
             self.ready.set()
@@ -368,7 +375,7 @@ class Worker:
                     self.listening = True
                     backoff.reset()
                     for dispatcher in self.dispatchers.values():  # we may have missed notifications
-                        dispatcher.wake.set()
+                        dispatcher.nudge()
                     async for notify in conn.notifies():
                         self._on_notify(notify.channel, notify.payload)
             except TRANSIENT_ERRORS as exc:
@@ -383,7 +390,7 @@ class Worker:
         if channel == JOBS_CHANNEL:
             dispatcher = self.dispatchers.get(payload)
             if dispatcher is not None:
-                dispatcher.wake.set()
+                dispatcher.nudge()
         elif channel == QUEUES_CHANNEL:
             self._reconfigure_now.set()
         elif channel == CANCEL_CHANNEL:
@@ -392,6 +399,38 @@ class Worker:
                 if entry is not None:
                     logger.info("job cancelled while running job_id=%s; telling its handler", payload)
                     entry[1].cancel()
+
+    async def _backlog_probe(self) -> None:
+        """The backstop to NOTIFY, one query per poll interval for every queue together: nudge
+        the idle dispatchers whose queue has due jobs (a missed or absent NOTIFY, a promoted
+        scheduled job), and stand down those believed hungry whose queue has none (another
+        worker took the jobs a NOTIFY announced), so neither waits nor contends by mistake."""
+        while not self.stopping:
+            await self._sleep(self.config.poll_interval)
+            if self.stopping:
+                return
+            nudges = {name: d.nudges for name, d in self.dispatchers.items() if not d.config.paused and not d.polling}
+            candidates = list(nudges)
+            if not candidates:
+                continue
+            try:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(statements["find_ready_queues"], {"queues": candidates})
+                    ready = {row[0] for row in await cursor.fetchall()}
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("backlog probe failed: %r; retrying next interval", exc)
+                continue
+            for name in candidates:
+                dispatcher = self.dispatchers.get(name)
+                if dispatcher is None or dispatcher.polling or dispatcher.nudges != nudges[name]:
+                    continue  # it looked, or was told of new jobs, after the query: it knows better
+                if name in ready:
+                    if not dispatcher.hungry:
+                        dispatcher.nudge()
+                elif dispatcher.hungry and name in self.allocator.queues and self.allocator.in_flight(name) == 0:
+                    dispatcher.hungry = False
+                    dispatcher.stand_down()
+            self.wake_waiting()
 
     async def _heartbeat(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""
@@ -526,8 +565,7 @@ class Worker:
             elif not self.stopping:
                 logger.info("serving new queue queue=%s", name)
                 self._start_dispatcher(queue)
-        for dispatcher in self.dispatchers.values():
-            dispatcher.wake.set()
+        self.wake_waiting()  # new weights or floors may let a waiting queue take a permit now
         return True
 
     # --- helpers for maintenance ------------------------------------------------------------

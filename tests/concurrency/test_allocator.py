@@ -79,10 +79,14 @@ def test_weighted__ignores_max_workers() -> None:
 
 def test_weighted__a_3_to_b_1_splits_24_as_17_to_7() -> None:
     alloc = weighted(24, a=(2, 3), b=(2, 1))
-    # Both want more than their local minimum, so both contend for the pool from the start.
-    held = {"a": alloc.try_acquire("a", 3), "b": alloc.try_acquire("b", 3)}
+    # a asks first and takes its 2 and the whole pool of 20; its overflow jobs then finish
+    # while it still has backlog, so it keeps contending and holds only its local slots.
+    held = {"a": alloc.try_acquire("a", 100), "b": []}
+    for permit in [p for p in held["a"] if p.kind == "overflow"]:
+        permit.release()
+    held["a"] = [p for p in held["a"] if not p.released]
     for _ in range(3):
-        for queue in ("a", "b"):
+        for queue in ("b", "a"):
             held[queue] += alloc.try_acquire(queue, 100)
     assert (len(held["a"]), len(held["b"])) == (17, 7)
     assert alloc.snapshot()["a"]["overflow_held"] == 15
@@ -90,7 +94,9 @@ def test_weighted__a_3_to_b_1_splits_24_as_17_to_7() -> None:
 
 def test_clear_demand__empty_queue_stops_contending() -> None:
     alloc = weighted(12, a=(0, 1), b=(0, 1))
-    alloc.try_acquire("b", 1)[0].release()  # b contends, holds nothing
+    for permit in alloc.try_acquire("b", 100):  # b wants more than it got: it still contends
+        permit.release()
+    assert alloc.demand("b") > 0
     assert alloc.available("a") == 6
     alloc.clear_demand("b")
     assert alloc.available("a") == 12
@@ -178,11 +184,13 @@ def test_snapshot__hard_reserved_reports_each_queue() -> None:
 
 def test_snapshot__weighted_reports_overflow_held_and_is_json_ready() -> None:
     alloc = weighted(10, a=(2, 3), b=(1, 1))
-    alloc.try_acquire("a", 4)
+    alloc.try_acquire("a", 100)  # a wants all it can get: it holds the whole pool of 7
     snapshot = alloc.snapshot()
+    # b would be granted its local slot only: the pool is full (a keeps what it holds), even
+    # though b's share of it, were it to contend, is 7 * 1/4.
     assert snapshot == {
-        "a": {"mode": "weighted", "min_workers": 2, "weight": 3, "overflow_held": 2, "in_flight": 4, "available": 5},
-        "b": {"mode": "weighted", "min_workers": 1, "weight": 1, "overflow_held": 0, "in_flight": 0, "available": 3},
+        "a": {"mode": "weighted", "min_workers": 2, "weight": 3, "overflow_held": 7, "in_flight": 9, "available": 0},
+        "b": {"mode": "weighted", "min_workers": 1, "weight": 1, "overflow_held": 0, "in_flight": 0, "available": 1},
     }
     assert json.loads(json.dumps(snapshot)) == snapshot
 
@@ -234,9 +242,12 @@ def test_reconfigure__shrunk_max_workers_keeps_held_and_grants_nothing_until_und
 
 def test_reconfigure__grown_weight_applies_to_next_grant() -> None:
     alloc = weighted(20, a=(0, 1), b=(0, 1))
-    alloc.try_acquire("b", 1)[0].release()
+    alloc.try_acquire("b", 100)[0].release()  # b contends with demand, holds 19
     alloc.reconfigure(20, {"a": QueueLimits(weight=3), "b": QueueLimits(weight=1)})
-    assert len(alloc.try_acquire("a", 100)) == 15
+    assert len(alloc.try_acquire("a", 100)) == 1  # only one is free; a's target is 15
+    assert alloc.waiting() == []  # none free now
+    b = alloc.try_acquire("b", 0)  # b keeps what it holds (nothing is taken back)
+    assert b == [] and alloc.in_flight("b") == 19
 
 
 def test_reconfigure__lowered_min_workers_never_lets_total_pass_global() -> None:
