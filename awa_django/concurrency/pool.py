@@ -67,6 +67,7 @@ class _Entry:
     last_grant: float = float("-inf")
     share: float = 0.0  # fractional share, valid while the pool's plan is clean
     floor: int = 0  # integer part of the share (the cap when capped)
+    fractional: bool = False  # the share is not a whole number (exactly, not as a float)
     capped: bool = False
 
     @property
@@ -286,7 +287,7 @@ class OverflowPool:
         must have been settled up to now under the old shares first."""
         entries = list(self._contenders.values())
         for e in entries:
-            e.share, e.floor, e.capped = float(e.held), e.held, True
+            e.share, e.floor, e.capped, e.fractional = float(e.held), e.held, True, False
         # Removed queues (weight 0) keep what they hold and take no part in the split.
         fill = sorted((e for e in entries if e.weight > 0), key=lambda e: (e.held + e.demand) / e.weight)
         left = self._total - sum(e.held for e in entries if e.weight == 0)
@@ -297,7 +298,7 @@ class OverflowPool:
             cap = e.held + e.demand
             if left <= 0 or cap * weight > left * e.weight:
                 break
-            e.share, e.floor, e.capped = float(cap), cap, True
+            e.share, e.floor, e.capped, e.fractional = float(cap), cap, True, False
             left -= cap
             weight -= e.weight
             index += 1
@@ -305,7 +306,8 @@ class OverflowPool:
         floors = 0
         for e in fill[index:]:
             e.share = left * e.weight / weight
-            e.floor = left * e.weight // weight  # exact, whatever the float rounding
+            e.floor, rest = divmod(left * e.weight, weight)  # exact, whatever the float rounding
+            e.fractional = rest > 0
             e.capped = False
             floors += e.floor
         self._remainder = left - floors if index < len(fill) else 0
@@ -313,7 +315,7 @@ class OverflowPool:
     def _targets(self, now: float) -> dict[str, int]:
         targets = {q: e.floor for q, e in self._contenders.items()}
         if self._remainder > 0:
-            extra = [(q, e) for q, e in self._contenders.items() if not e.capped and e.share > e.floor]
+            extra = [(q, e) for q, e in self._contenders.items() if e.fractional]
             extra.sort(key=lambda pair: self._rank(pair[1], pair[0], now))
             for queue, _ in extra[: self._remainder]:
                 targets[queue] += 1
