@@ -2,17 +2,24 @@
 
     python bench/fairness.py
 
-Queues A (min_workers 2, weight 3) and B (min_workers 2, weight 1) share a global maximum of
-24: the overflow pool of 20 splits 15:5, so the ideal running split is 17:7. A is loaded alone
-first and takes its 2 slots plus the whole pool (22); then B is loaded. Printed: how long B took
-from its enqueue commit to running its share of 7 (the design's bound is 2 s), the time-averaged
-running split while both queues had available jobs, the largest total ever running against the
-global maximum, and the mean total.
+Five scenarios, each on a fresh worker, printed as one table (ideal, measured, error):
+
+* A (min_workers 2, weight 3) and B (min_workers 2, weight 1), global maximum 24: the overflow
+  pool of 20 splits 15:5, so the ideal running split is 17:7. A is loaded alone first and takes
+  its 2 slots plus the whole pool; then B is loaded.
+* A weight 10 holds a pool of 10, then a weight-1 B arrives: B's ideal is 10/11 = 0.91.
+* Five equal queues share a pool of 4: 0.8 each.
+* B beside an empty A (pool 10): B should run 10.
+* B beside A rate-limited to 2 jobs/s of 100 ms (pool 10): A uses 0.2, B 9.8.
+
+Averages are over a 5 s window starting 0.5 s after the last queue was loaded, while every
+loaded queue still has available jobs; "first job after commit" is how long a late queue took
+from its enqueue commit to its first running row.
 
 Concurrency is read from the database (``state='running'`` rows per queue, sampled every ~15 ms
 on a separate connection), never from the worker's own counters. Jobs are async handlers that
-sleep 150 ms. With DATABASE_URL unset the embedded PostgreSQL of testproject is used, in a
-database of its own (``awa_bench_fairness``, created and migrated on first use); with
+sleep 150 ms (the first scenario) or 100 ms. With DATABASE_URL unset the embedded PostgreSQL
+of testproject is used, in a database of its own (``awa_bench_fairness``, created and migrated on first use); with
 DATABASE_URL set, only this benchmark's queues' rows are written and removed there.
 """
 
@@ -35,15 +42,67 @@ if str(ROOT) not in sys.path:  # run as a script: make the checkout importable
     sys.path.insert(0, str(ROOT))
 
 BENCH_DB = "awa_bench_fairness"
-QUEUE_A, QUEUE_B = "bench_fair_a", "bench_fair_b"
-GLOBAL_MAX = 24
-IDEAL = {QUEUE_A: 17, QUEUE_B: 7}
-JOB_MS = 150
-JOBS = {QUEUE_A: 1000, QUEUE_B: 420}  # about 8 s of contention at the ideal split
 KIND = "bench.fairness.sleep"
 SAMPLE_INTERVAL = 0.015
-WARM_UP = 0.5  # seconds after B first reaches its share before the split is averaged
-TIMEOUT = 45.0  # the whole run stays under a minute
+WARM_UP = 0.5  # seconds after the last queue arrived before running counts are averaged
+WINDOW = 5.0  # seconds averaged in the edge scenarios
+TIMEOUT = 45.0  # each scenario stays under a minute
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One queue of a scenario: its settings, how many jobs it gets, and when."""
+
+    name: str
+    jobs: int
+    weight: int = 1
+    min_workers: int = 0
+    rate_limit: float | None = None
+    late: bool = False  # enqueued once the others hold the whole pool
+
+
+@dataclass(frozen=True)
+class Scenario:
+    title: str
+    global_max: int
+    specs: tuple[Spec, ...]
+    ideal: dict[str, float]  # the time-averaged running count each queue should reach
+    job_ms: int = 100
+
+
+SCENARIOS = (
+    Scenario(
+        "A 3 / B 1, min 2 each, G=24, 150 ms",
+        24,
+        (Spec("fair_a", 1000, weight=3, min_workers=2), Spec("fair_b", 420, min_workers=2, late=True)),
+        {"fair_a": 17, "fair_b": 7},
+        job_ms=150,
+    ),
+    Scenario(
+        "weight-1 newcomer beside weight 10, G=10",
+        10,
+        (Spec("new_a", 1200, weight=10), Spec("new_b", 200, late=True)),
+        {"new_a": 100 / 11, "new_b": 10 / 11},
+    ),
+    Scenario(
+        "five equal queues, G=4",
+        4,
+        tuple(Spec(f"five_{i}", 150) for i in range(1, 6)),
+        {f"five_{i}": 0.8 for i in range(1, 6)},
+    ),
+    Scenario(
+        "B beside an empty queue, G=10",
+        10,
+        (Spec("empty_a", 0), Spec("empty_b", 700)),
+        {"empty_a": 0, "empty_b": 10},
+    ),
+    Scenario(
+        "B beside A rate-limited to 2/s, G=10",
+        10,
+        (Spec("rate_a", 100, rate_limit=2.0), Spec("rate_b", 700)),
+        {"rate_a": 0.2, "rate_b": 9.8},
+    ),
+)
 
 
 def _setup_django() -> None:
@@ -86,7 +145,7 @@ class Sample:
 class Sampler(threading.Thread):
     """Counts running and available rows per queue on its own connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, queues: list[str]) -> None:
         super().__init__(name="bench-sampler", daemon=True)
         from django.db import connection
 
@@ -95,6 +154,7 @@ class Sampler(threading.Thread):
             for k, v in connection.get_connection_params().items()
             if k not in ("cursor_factory", "context", "prepare_threshold")
         }
+        self.queues = queues
         self.samples: list[Sample] = []
         self.lock = threading.Lock()
         self.halt = threading.Event()
@@ -102,7 +162,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        queues = [QUEUE_A, QUEUE_B]
+        queues = self.queues
         with psycopg.connect(**self.params, autocommit=True) as conn:
             while not self.halt.is_set():
                 rows = conn.execute(
@@ -142,24 +202,24 @@ def _time_weighted_mean(samples: list[Sample], key: Callable[[Sample], float]) -
     return sum(key(s) * w for s, w in zip(samples, steps, strict=True)) / sum(steps)
 
 
-def _clean() -> None:
+def _clean(queues: list[str]) -> None:
     from awa_django.models import Job, Queue
 
-    Job.objects.filter(queue__in=[QUEUE_A, QUEUE_B]).delete()
-    Queue.objects.filter(name__in=[QUEUE_A, QUEUE_B]).delete()
+    Job.objects.filter(queue__in=queues).delete()
+    Queue.objects.filter(name__in=queues).delete()
 
 
-def _enqueue(queue: str, count: int) -> float:
+def _enqueue(queue: str, count: int, job_ms: int) -> float:
     from django.db import transaction
 
     from awa_django.models import Job
 
     with transaction.atomic():
-        Job.objects.enqueue_many([{"kind": KIND, "queue": queue, "args": {"ms": JOB_MS}} for _ in range(count)])
+        Job.objects.enqueue_many([{"kind": KIND, "queue": queue, "args": {"ms": job_ms}} for _ in range(count)])
     return time.monotonic()
 
 
-def _start_worker() -> tuple[Any, threading.Thread, dict[str, Any]]:
+def _start_worker(scenario: Scenario) -> tuple[Any, threading.Thread, dict[str, Any]]:
     from awa_django.models import Queue
     from awa_django.registry import JobHandler, Registry
     from awa_django.worker import QueueConfig, Worker, WorkerConfig
@@ -169,14 +229,17 @@ def _start_worker() -> tuple[Any, threading.Thread, dict[str, Any]]:
 
     registry = Registry()
     registry.register(JobHandler(KIND, sleep))
-    Queue.objects.create(name=QUEUE_A, min_workers=2, weight=3)
-    Queue.objects.create(name=QUEUE_B, min_workers=2, weight=1)
+    configs = {}
+    for spec in scenario.specs:
+        Queue.objects.create(
+            name=spec.name, min_workers=spec.min_workers, weight=spec.weight, rate_limit=spec.rate_limit
+        )
+        configs[spec.name] = QueueConfig(
+            spec.name, min_workers=spec.min_workers, weight=spec.weight, rate_limit=spec.rate_limit
+        )
     config = WorkerConfig(
-        queues={
-            QUEUE_A: QueueConfig(QUEUE_A, min_workers=2, weight=3),
-            QUEUE_B: QueueConfig(QUEUE_B, min_workers=2, weight=1),
-        },
-        global_max_workers=GLOBAL_MAX,
+        queues=configs,
+        global_max_workers=scenario.global_max,
         poll_interval=0.2,
         shutdown_timeout=5.0,
         fixed_queues=True,  # serve only these queues, whatever other Queue rows exist
@@ -206,52 +269,88 @@ def _start_worker() -> tuple[Any, threading.Thread, dict[str, Any]]:
     return worker, thread, box
 
 
-def main() -> int:
-    _setup_django()
-    _clean()
-    sampler = Sampler()
+@dataclass
+class Outcome:
+    scenario: Scenario
+    means: dict[str, float]
+    mean_total: float
+    peak: int
+    window: float
+    first_start: dict[str, float]  # late queues: seconds from commit to their first running job
+
+
+def run_scenario(scenario: Scenario) -> Outcome:
+    queues = [spec.name for spec in scenario.specs]
+    _clean(queues)
+    sampler = Sampler(queues)
     sampler.start()
-    worker, thread, box = _start_worker()
+    worker, thread, box = _start_worker(scenario)
+    first_start: dict[str, float] = {}
     try:
-        _enqueue(QUEUE_A, JOBS[QUEUE_A])
-        sampler.wait_for(lambda s: s.running[QUEUE_A] == IDEAL[QUEUE_A] + 5, "A to hold the whole pool (22)")
-        committed = _enqueue(QUEUE_B, JOBS[QUEUE_B])
-        converged = sampler.wait_for(lambda s: s.running[QUEUE_B] >= IDEAL[QUEUE_B], "B to reach its share")
-        sampler.wait_for(lambda s: s.available[QUEUE_A] == 0 or s.available[QUEUE_B] == 0, "a queue to run dry")
+        early = [spec for spec in scenario.specs if not spec.late]
+        for spec in early:
+            if spec.jobs:
+                _enqueue(spec.name, spec.jobs, scenario.job_ms)
+        start = time.monotonic()
+        late = [spec for spec in scenario.specs if spec.late]
+        if late:
+            reachable = scenario.global_max - sum(spec.min_workers for spec in late)  # late floors stay free
+            sampler.wait_for(lambda s: s.total == reachable, "the early queues to fill the pool")
+            for spec in late:
+                committed = _enqueue(spec.name, spec.jobs, scenario.job_ms)
+                name = spec.name
+                seen = sampler.wait_for(lambda s, name=name: s.running[name] > 0, f"{name} to start")
+                first_start[name] = seen.t - committed
+            start = committed
+        sampler.wait_for(lambda s: s.t >= start + WARM_UP + WINDOW, "the measuring window to pass")
     finally:
         sampler.halt.set()
         sampler.join(10)
         worker.request_stop_threadsafe()
         thread.join(30)
-        _clean()
+        _clean(queues)
     if "error" in box:
         raise box["error"]
-
     samples = sampler.snapshot()
+    loaded = [spec.name for spec in scenario.specs if spec.jobs]
     window = [
-        s for s in samples if s.t >= converged.t + WARM_UP and s.available[QUEUE_A] > 0 and s.available[QUEUE_B] > 0
+        s
+        for s in samples
+        if start + WARM_UP <= s.t <= start + WARM_UP + WINDOW and all(s.available[q] > 0 for q in loaded)
     ]
     if len(window) < 10:
-        raise SystemExit(f"only {len(window)} samples with both queues loaded: too few to average")
-    mean_a = _time_weighted_mean(window, lambda s: s.running[QUEUE_A])
-    mean_b = _time_weighted_mean(window, lambda s: s.running[QUEUE_B])
-    mean_total = _time_weighted_mean(window, lambda s: s.total)
-    peak = max(s.total for s in samples)
-    print(f"fairness: A (min 2, weight 3) vs B (min 2, weight 1), global_max_workers {GLOBAL_MAX}, {JOB_MS} ms jobs")
-    print(
-        f"  running split, time-averaged over {window[-1].t - window[0].t:.2f}s with both loaded "
-        f"({len(window)} samples): {mean_a:.2f} : {mean_b:.2f}   ideal {IDEAL[QUEUE_A]} : {IDEAL[QUEUE_B]}"
+        raise SystemExit(f"{scenario.title}: only {len(window)} samples with every queue loaded: too few to average")
+    return Outcome(
+        scenario,
+        {q: _time_weighted_mean(window, lambda s, q=q: s.running[q]) for q in queues},
+        _time_weighted_mean(window, lambda s: s.total),
+        max(s.total for s in samples),
+        window[-1].t - window[0].t,
+        first_start,
     )
-    print(f"  largest total running: {peak} / {GLOBAL_MAX} (global maximum)")
-    print(f"  mean total running:    {mean_total:.2f} / {GLOBAL_MAX}")
-    print(
-        f"  convergence: B reached its share of {IDEAL[QUEUE_B]} running {(converged.t - committed) * 1000:.0f} ms "
-        "after its enqueue committed (bound: 2000 ms)"
-    )
-    if peak > GLOBAL_MAX:
-        print(f"  ERROR: {peak} jobs ran at once, above the global maximum of {GLOBAL_MAX}")
-        return 1
-    return 0
+
+
+def main() -> int:
+    _setup_django()
+    outcomes = [run_scenario(scenario) for scenario in SCENARIOS]
+    print("| scenario | queue | ideal running | measured | error | first job after commit |")
+    print("|---|---|---:|---:|---:|---:|")
+    failed = False
+    for outcome in outcomes:
+        scenario = outcome.scenario
+        for spec in scenario.specs:
+            ideal, measured = scenario.ideal[spec.name], outcome.means[spec.name]
+            error = f"{(measured - ideal) / ideal:+.1%}" if ideal else f"{measured:+.2f}"
+            started = f"{outcome.first_start[spec.name] * 1000:.0f} ms" if spec.name in outcome.first_start else ""
+            print(f"| {scenario.title} | {spec.name} | {ideal:.2f} | {measured:.2f} | {error} | {started} |")
+        print(
+            f"| {scenario.title} | total | {scenario.global_max} | {outcome.mean_total:.2f} | "
+            f"peak {outcome.peak} | over {outcome.window:.1f} s |"
+        )
+        if outcome.peak > scenario.global_max:
+            print(f"ERROR: {outcome.peak} jobs ran at once in {scenario.title!r}, above {scenario.global_max}")
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
