@@ -103,6 +103,7 @@ class Allocator:
     ) -> None:
         validate_capacity(global_max_workers, queues)
         self._clock = clock
+        self._total_in_flight = 0
         self._global_max_workers = global_max_workers
         self._queues: dict[str, _QueueState] = {}
         self._pool: OverflowPool | None = None
@@ -146,10 +147,16 @@ class Allocator:
         """The configured queues (not those removed by `reconfigure`)."""
         return tuple(name for name, state in self._queues.items() if state.active)
 
+    def serves(self, queue: str) -> bool:
+        """Whether the queue is configured (not removed by `reconfigure`)."""
+        state = self._queues.get(queue)
+        return state is not None and state.active
+
     @property
     def total_in_flight(self) -> int:
-        """Permits not yet released, over every queue (removed ones included)."""
-        return sum(self._in_flight(state, name) for name, state in self._queues.items())
+        """Permits not yet released, over every queue (removed ones included); kept as a count,
+        so asking costs nothing however many queues there are."""
+        return self._total_in_flight
 
     def capacity(self, queue: str) -> Capacity:
         state = self._active(queue)
@@ -351,9 +358,11 @@ class Allocator:
                     state.demand += 1
                 self._released(queue)
 
+        self._total_in_flight += n
         return [Permit(queue, kind, give_back) for _ in range(n)]
 
     def _released(self, queue: str) -> None:
+        self._total_in_flight -= 1
         state = self._queues.get(queue)
         if state is not None and not state.active and self._in_flight(state, queue) == 0:
             del self._queues[queue]  # a removed queue's last permit is back: forget it

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 from awa_django.exceptions import InvalidWeightError
 
+_RERANK_AFTER = 0.001  # seconds: how long a ranking of the contenders is reused when nothing changed
+
 
 def _check_count(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -83,7 +85,7 @@ class OverflowPool:
     caller that never passes time gets the same targets without rotation over time.
     """
 
-    __slots__ = ("_contenders", "_entries", "_held_total", "_now", "_remainder", "_total")
+    __slots__ = ("_cache", "_contenders", "_entries", "_held_total", "_now", "_remainder", "_total", "_version")
 
     def __init__(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         _check_count("total", total)
@@ -93,6 +95,8 @@ class OverflowPool:
         self._held_total = 0
         self._now = 0.0 if now is None else now
         self._remainder = 0
+        self._version = 0
+        self._cache: tuple[int, float, dict[str, int]] | None = None
 
     def __repr__(self) -> str:
         held = {q: e.held for q, e in self._entries.items()}
@@ -144,7 +148,7 @@ class OverflowPool:
         """How many overflow permits the queue may hold now (0 while it does not contend)."""
         self._known(queue)
         now = self._advance(now)
-        return self._targets(now).get(queue, 0)
+        return self._target(queue, now)
 
     def fair_share(self, queue: str, *, now: float | None = None) -> int:
         """The integer share the queue would have if it contended now with a large demand."""
@@ -152,10 +156,10 @@ class OverflowPool:
         now = self._advance(now)
         saved, large = entry.demand, max(self._total, 1)
         if saved >= large:
-            return self._targets(now).get(queue, 0)
+            return self._target(queue, now)
         self._set_demand(entry, queue, large, now)
         try:
-            return self._targets(now).get(queue, 0)
+            return self._target(queue, now)
         finally:
             self._set_demand(entry, queue, saved, now)
 
@@ -174,7 +178,8 @@ class OverflowPool:
         below = [
             (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
         ]
-        below.sort(key=lambda pair: self._rank(pair[0], pair[1], now))
+        owed = {key[-1]: key for key in self._ranked(now)}
+        below.sort(key=lambda pair: owed.get(pair[1], (-self._credit(pair[0], now), 0.0, pair[0].last_grant, pair[1])))
         return [q for _, q in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
@@ -187,7 +192,7 @@ class OverflowPool:
         now = self._advance(now)
         if entry.demand == 0:
             return 0
-        target = self._targets(now).get(queue, 0)
+        target = self._target(queue, now)
         free = self._total - (self._held_total - returning)
         return max(0, min(returning, free, target - (entry.held - returning)))
 
@@ -205,7 +210,7 @@ class OverflowPool:
         self._set_demand(entry, queue, wanted, now)
         if wanted == 0:
             return 0
-        granted = max(0, min(wanted, self.available, self._targets(now).get(queue, 0) - entry.held))
+        granted = max(0, min(wanted, self.available, self._target(queue, now) - entry.held))
         if granted:
             # held + demand (the cap) is unchanged, and with it every share.
             self._settle(entry, now)
@@ -213,6 +218,7 @@ class OverflowPool:
             entry.demand = wanted - granted
             entry.last_grant = now
             self._held_total += granted
+            self._version += 1
         return granted
 
     def release(self, queue: str, n: int = 1, *, now: float | None = None) -> None:
@@ -228,6 +234,7 @@ class OverflowPool:
         self._settle(entry, now)
         entry.held -= n
         self._held_total -= n
+        self._version += 1
         if entry.demand > 0 and entry.weight > 0:
             entry.demand += n
             return
@@ -285,6 +292,7 @@ class OverflowPool:
     def _plan(self) -> None:
         """Recompute the fractional shares and their floors (weighted water-fill). Every credit
         must have been settled up to now under the old shares first."""
+        self._version += 1
         entries = list(self._contenders.values())
         for e in entries:
             e.share, e.floor, e.capped, e.fractional = float(e.held), e.held, True, False
@@ -313,18 +321,38 @@ class OverflowPool:
         self._remainder = left - floors if index < len(fill) else 0
 
     def _targets(self, now: float) -> dict[str, int]:
+        """Every contender's integer target. Reused while nothing changed and the clock moved
+        less than `_RERANK_AFTER` (credits drift by at most that many slot-seconds meanwhile),
+        so a storm of dispatchers asking at once costs one ranking, not one each."""
+        cached = self._cache
+        if cached is not None and cached[0] == self._version and 0 <= now - cached[1] <= _RERANK_AFTER:
+            return cached[2]
         targets = {q: e.floor for q, e in self._contenders.items()}
         if self._remainder > 0:
-            extra = [(q, e) for q, e in self._contenders.items() if e.fractional]
-            extra.sort(key=lambda pair: self._rank(pair[1], pair[0], now))
-            for queue, _ in extra[: self._remainder]:
+            for *_, queue in sorted(self._ranked(now))[: self._remainder]:
                 targets[queue] += 1
+        self._cache = (self._version, now, targets)
         return targets
 
-    def _rank(self, entry: _Entry, queue: str, now: float) -> tuple[float, float, float, str]:
-        """Most owed first; on a tie the one furthest below its share now, then the one granted
-        longest ago (so ties rotate instead of going to the first-configured queue)."""
-        return (-self._credit(entry, now), entry.held - entry.share, entry.last_grant, queue)
+    def _target(self, queue: str, now: float) -> int:
+        """One contender's target (0 for a queue that does not contend)."""
+        entry = self._contenders.get(queue)
+        if entry is None:
+            return 0
+        if self._remainder <= 0 or not entry.fractional:
+            return entry.floor
+        return self._targets(now)[queue]
+
+    def _ranked(self, now: float) -> list[tuple[float, float, float, str]]:
+        """Sort keys of the contenders whose share has a fractional part: most owed first; on a
+        tie the one furthest below its share now, then the one granted longest ago (so ties
+        rotate instead of going to the first-configured queue)."""
+        keys = []
+        for queue, e in self._contenders.items():
+            if e.fractional:
+                gap = e.share - e.held
+                keys.append((-(e.credit + gap * max(0.0, now - e.stamp)), -gap, e.last_grant, queue))
+        return keys
 
     def _credit(self, entry: _Entry, now: float) -> float:
         return entry.credit + (entry.share - entry.held) * max(0.0, now - entry.stamp)

@@ -44,18 +44,24 @@ class Dispatcher:
         self.config = config
         self.bucket: TokenBucket | None = None
         self.wake = asyncio.Event()
-        # True while the queue is believed to have backlog: at start, after a claim that filled
-        # every permit, and after a NOTIFY or the worker's backlog probe (``nudge``). Only then
+        # True while the queue is believed to have backlog: after a claim that filled every
+        # permit, a NOTIFY, the worker's backlog probe (which runs first thing at start), or a
+        # settings change (``nudge``). Only then
         # does it ask for permits, so an empty queue never contends; a claim that comes back
         # short sets it False and the dispatcher sleeps until nudged.
-        self.hungry = True
+        self.hungry = False
         self.nudges = 0
         self.polling = False
         self.claimed_total = 0
-        self.apply(config)
+        self._apply(config)
 
     def apply(self, config: QueueConfig) -> None:
-        """Take a new configuration of this queue (the allocator is reconfigured separately)."""
+        """Take a new configuration of this queue (the allocator is reconfigured separately);
+        it may have been unpaused, so look for jobs."""
+        self._apply(config)
+        self.nudge()
+
+    def _apply(self, config: QueueConfig) -> None:
         self.config = config
         if config.rate_limit is None:
             self.bucket = None
@@ -63,7 +69,6 @@ class Dispatcher:
             self.bucket = TokenBucket(config.rate_limit, config.rate_burst, queue=config.name)
         else:
             self.bucket.reconfigure(config.rate_limit, config.rate_burst, now=time.monotonic())
-        self.nudge()
 
     def nudge(self) -> None:
         """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""

@@ -73,6 +73,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
         self._reconfigure_now = asyncio.Event()
+        self._probe_now = asyncio.Event()
         self._last_refused: str | None = None
         self.failure: BaseException | None = None
 
@@ -374,8 +375,7 @@ class Worker:
                         return
                     self.listening = True
                     backoff.reset()
-                    for dispatcher in self.dispatchers.values():  # we may have missed notifications
-                        dispatcher.nudge()
+                    self._probe_now.set()  # we may have missed notifications: look at every queue
                     async for notify in conn.notifies():
                         self._on_notify(notify.channel, notify.payload)
             except TRANSIENT_ERRORS as exc:
@@ -404,14 +404,13 @@ class Worker:
         """The backstop to NOTIFY, one query per poll interval for every queue together: nudge
         the idle dispatchers whose queue has due jobs (a missed or absent NOTIFY, a promoted
         scheduled job), and stand down those believed hungry whose queue has none (another
-        worker took the jobs a NOTIFY announced), so neither waits nor contends by mistake."""
+        worker took the jobs a NOTIFY announced), so neither waits nor contends by mistake. The
+        first probe runs at once: it is how the dispatchers learn of jobs waiting at start."""
         while not self.stopping:
-            await self._sleep(self.config.poll_interval)
-            if self.stopping:
-                return
             nudges = {name: d.nudges for name, d in self.dispatchers.items() if not d.config.paused and not d.polling}
             candidates = list(nudges)
             if not candidates:
+                await self._sleep(self.config.poll_interval)
                 continue
             try:
                 async with self.pool.connection() as conn:
@@ -419,6 +418,7 @@ class Worker:
                     ready = {row[0] for row in await cursor.fetchall()}
             except TRANSIENT_ERRORS as exc:
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
+                await self._sleep(self.config.poll_interval)
                 continue
             for name in candidates:
                 dispatcher = self.dispatchers.get(name)
@@ -427,10 +427,13 @@ class Worker:
                 if name in ready:
                     if not dispatcher.hungry:
                         dispatcher.nudge()
-                elif dispatcher.hungry and name in self.allocator.queues and self.allocator.in_flight(name) == 0:
+                elif dispatcher.hungry and self.allocator.serves(name) and self.allocator.in_flight(name) == 0:
                     dispatcher.hungry = False
                     dispatcher.stand_down()
             self.wake_waiting()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._probe_now.wait(), self.config.poll_interval)
+            self._probe_now.clear()
 
     async def _heartbeat(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""
@@ -565,6 +568,7 @@ class Worker:
             elif not self.stopping:
                 logger.info("serving new queue queue=%s", name)
                 self._start_dispatcher(queue)
+                self.dispatchers[name].nudge()
         self.wake_waiting()  # new weights or floors may let a waiting queue take a permit now
         return True
 
