@@ -151,10 +151,10 @@ def run_jobs(
 
     - ``queue`` / ``kind``: only jobs of that queue / kind (a kind string, a ``@job`` handler or a
       ``@task``). Jobs enqueued by the jobs that run, if they match, run too.
-    - ``now``: the cutoff. By default the database's ``now()`` when the call starts (inside a
-      transaction, the transaction's start), so everything enqueued so far is due and a retry's
-      backoff is not over. Pass a later time to also run jobs scheduled up to then, retries and
-      snoozes whose delay ends by then included.
+    - ``now``: the cutoff for scheduled and retryable jobs (available jobs always run). By default
+      the database's ``now()`` when the call starts (inside a transaction, the transaction's
+      start), so a retry's backoff is never over within the run. Pass a later time to also run
+      jobs scheduled up to then, retries and snoozes whose delay ends by then included.
     - ``limit``: run at most this many attempts. Without it, every due job runs, and more than
       ``MAX_RUNS`` attempts raise ``RunawayJobsError``.
     - ``raise_on_failure``: raise ``JobsFailedError`` after the run if any attempt failed (its
