@@ -47,6 +47,7 @@ from django.utils.module_loading import import_string
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
+from awa_django.inline import running_inline
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.worker.context import JobContext
 
@@ -446,7 +447,10 @@ def _task_handler(kind: str, task: Task[Any, Any]) -> JobHandler:
         async def run_async(
             context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None
         ) -> Any:
-            started = await sync_to_async(_load_result_in_thread, thread_sensitive=False)(context.job_id)
+            if running_inline():  # run_jobs / immediate mode: read on the caller's connection and transaction
+                started = await sync_to_async(_load_result)(context.job_id)
+            else:
+                started = await sync_to_async(_load_result_in_thread, thread_sensitive=False)(context.job_id)
             attempt = _Attempt(task, signature, started)
             await task_started.asend(attempt.sender, task_result=started)
             try:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, transaction
 
-from awa_django.conf import DEFAULTS, awa_settings
+from awa_django.conf import DEFAULTS, EXECUTION_MODES, awa_settings
 
 
 @register(Tags.compatibility)  # reads settings only: runs with every `manage.py check`
@@ -42,7 +42,7 @@ def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """awa.W001 unknown AWA keys; awa.E003 bad numeric settings."""
+    """awa.W001 unknown AWA keys; awa.E003, E004, E006, E007 bad numbers; awa.E008 a bad EXECUTION."""
     messages: list[CheckMessage] = []
     for key in awa_settings.unknown_keys():
         messages.append(
@@ -92,6 +92,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="awa.E007",
                 )
             )
+    execution = awa_settings.EXECUTION
+    if execution not in EXECUTION_MODES:
+        messages.append(
+            Error(
+                f"AWA['EXECUTION'] is {execution!r}; it must be one of {', '.join(map(repr, EXECUTION_MODES))}",
+                hint="use 'worker' (the default: awa_worker runs the jobs), or 'immediate' in development "
+                "to run each job in-process right after its enqueue commits",
+                id="awa.E008",
+            )
+        )
     return messages
 
 

@@ -35,7 +35,12 @@ DEFAULTS: dict[str, Any] = {
     # Enqueue limits.
     "MAX_TAGS": 32,
     "MAX_TAG_LENGTH": 255,
+    # Who runs jobs: "worker" (awa_worker processes) or "immediate" (each job runs in-process right
+    # after its enqueue commits: development and tests without a worker; see awa_django.inline).
+    "EXECUTION": "worker",
 }
+
+EXECUTION_MODES = ("worker", "immediate")
 
 
 class AwaSettings:

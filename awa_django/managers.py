@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
+from awa_django.inline import after_enqueue, after_enqueue_many
 from awa_django.sql import statements
 
 if TYPE_CHECKING:
@@ -469,6 +470,7 @@ class JobManager(models.Manager["Job"]):
             "unique_states": row.unique_states, "run_lease": 0,
         }  # fmt: skip
         names = [field.attname for field in self.model._meta.concrete_fields]  # from_db wants model order
+        after_enqueue(alias, [job_id])  # AWA["EXECUTION"] = "immediate": run it once this commits
         return self.model.from_db(alias, names, [values[name] for name in names])
 
     async def aenqueue(
@@ -614,6 +616,7 @@ class JobManager(models.Manager["Job"]):
                 kind = found[0][1] if found else "?"
                 raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
             raise
+        after_enqueue_many(alias, now, len(rows))  # AWA["EXECUTION"] = "immediate": run them once this commits
         return len(rows)
 
     async def aenqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:

@@ -15,6 +15,7 @@ import json
 import random
 import threading
 import traceback
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -79,6 +80,12 @@ class Executor:
             with self._lock:
                 self.sync_running -= 1
 
+    def call_sync(self, handler: JobHandler, context: JobContext, args: dict[str, Any]) -> Awaitable[Any]:
+        """Start a plain ``def`` handler: here in the thread pool. A seam: ``awa_django.inline`` runs it
+        in the caller's thread instead, on the caller's Django connection."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
+
     def _bind_error(self, handler: JobHandler, args: dict[str, Any]) -> str | None:
         """Why these args cannot call the handler (a TypeError a retry would repeat), or None."""
         key = id(handler.func)
@@ -114,8 +121,7 @@ class Executor:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
                 result = await (call if deadline is None else asyncio.wait_for(call, deadline))
             else:
-                loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
+                future = self.call_sync(handler, context, args)
                 result = await (future if deadline is None else asyncio.wait_for(future, deadline))
             return COMPLETED if result is None else self._completed_with(job, result)
         except asyncio.CancelledError:

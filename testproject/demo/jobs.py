@@ -1,4 +1,5 @@
-"""Demo job kinds, registered under the exact names ``noop``, ``sleep`` and ``fail``."""
+"""Demo job kinds, registered under the exact names ``noop``, ``sleep``, ``fail``, ``record`` and
+``send_welcome``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import asyncio
 import os
 import time
 
+from asgiref.sync import sync_to_async
+from django.core.mail import send_mail
 from django.utils import timezone
 
 from awa_django import JobContext, job
@@ -43,3 +46,13 @@ def record(context: JobContext, seconds: float = 0.0) -> None:
     if seconds:
         time.sleep(float(seconds))
     Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+
+
+@job("send_welcome", queue="emails", max_attempts=5)
+async def send_welcome(user_id: int) -> str:
+    """Emails a new user (the signup view enqueues it; the README's testing example runs it)."""
+    from django.contrib.auth import get_user_model
+
+    user = await get_user_model().objects.aget(pk=user_id)
+    await sync_to_async(send_mail)("Welcome", f"Hello {user.email}!", "noreply@example.com", [user.email])
+    return str(user.email)
