@@ -42,7 +42,8 @@ def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """awa.W001 unknown AWA keys; awa.E003, E004, E006, E007 bad numbers; awa.E008 a bad EXECUTION."""
+    """awa.W001 unknown AWA keys; awa.E003, E004, E006, E007 bad numbers; awa.E008 a bad EXECUTION; awa.E010 a bad
+    CAPACITY_SCOPE."""
     messages: list[CheckMessage] = []
     for key in awa_settings.unknown_keys():
         messages.append(
@@ -92,6 +93,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="awa.E007",
                 )
             )
+    scope = awa_settings.CAPACITY_SCOPE
+    if scope not in ("process", "cluster"):
+        messages.append(
+            Error(
+                f"AWA['CAPACITY_SCOPE'] is {scope!r}; it must be 'process' or 'cluster'",
+                hint="'process' (the default): each worker process applies the capacity settings on its own; "
+                "'cluster': they hold for every live worker together",
+                id="awa.E010",
+            )
+        )
     execution = awa_settings.EXECUTION
     if execution not in EXECUTION_MODES:
         messages.append(

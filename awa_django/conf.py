@@ -10,6 +10,9 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     # Weighted mode when set: every queue's min_workers plus a shared overflow pool.
     "GLOBAL_MAX_WORKERS": None,
+    # Where the capacity settings hold: "process" (each worker process on its own) or "cluster"
+    # (every live worker together; the global maximum then comes from the ClusterSettings row).
+    "CAPACITY_SCOPE": "process",
     # Seconds between polls when no NOTIFY arrives (LISTEN does the fast path).
     "POLL_INTERVAL": 1.0,
     # Seconds between heartbeats of in-flight jobs, and the age at which a heartbeat is stale.

@@ -196,3 +196,59 @@ class WorkerInstance(models.Model):
     def capacity(self, queue: str) -> dict[str, Any] | None:
         entry = self.queues.get(queue)
         return entry if isinstance(entry, dict) else None
+
+
+class CapacityScope(models.TextChoices):
+    PROCESS = "process", "process: each worker process applies the capacity settings on its own"
+    CLUSTER = "cluster", "cluster: the settings hold for every live worker together"
+
+
+class ClusterSettings(models.Model):
+    """Capacity settings for the whole cluster (scope "cluster"): one row, edited in the admin.
+
+    ``global_max_workers`` is the one global maximum every worker in cluster scope shares; unset,
+    the first worker to start fills it in from its own setting. A worker whose own setting
+    differs is logged, and the leader then uses the smallest of all the values it sees, so
+    workers that disagree never together exceed any of them.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    global_max_workers = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="jobs running at once over every worker in cluster scope; unset: hard-reserved "
+        "(each queue's max_workers across the cluster)",
+    )
+
+    class Meta:
+        db_table = "awa_cluster"
+        verbose_name = "cluster settings"
+        verbose_name_plural = "cluster settings"
+
+    def __str__(self) -> str:
+        return f"cluster: global_max_workers={self.global_max_workers}"
+
+
+class WorkerCapacity(models.Model):
+    """One worker's part of the cluster's capacity (scope "cluster"), rewritten every fraction of
+    a second: what it reports (per queue held and demand, the caps it applies, its own global
+    maximum) and what the leader published for it (caps, floor caps, rate shares, their lease).
+    Written only with the SQL in ``report_capacity`` and ``publish_capacities``."""
+
+    instance_id = models.UUIDField(primary_key=True)
+    use = models.JSONField(default=dict, blank=True, help_text="{queue: {held, demand}} as reported")
+    applied = models.JSONField(default=dict, blank=True, help_text="{queue: cap} the worker enforces")
+    global_max_workers = models.PositiveIntegerField(null=True, blank=True, help_text="the worker's own setting")
+    caps = models.JSONField(default=dict, blank=True, help_text="{queue: cap} published by the leader")
+    floors = models.JSONField(default=dict, blank=True, help_text="{queue: cap} to fall back to without a lease")
+    rates = models.JSONField(default=dict, blank=True, help_text="{queue: jobs/s} its part of each rate limit")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    reported_at = models.DateTimeField()
+    planned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "awa_worker_capacity"
+        ordering = ["instance_id"]
+
+    def __str__(self) -> str:
+        return f"capacity of {self.instance_id}"

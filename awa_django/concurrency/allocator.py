@@ -103,6 +103,7 @@ class Allocator:
     ) -> None:
         validate_capacity(global_max_workers, queues)
         self._clock = clock
+        self._caps: dict[str, int] | None = None  # scope "cluster": capacities the leader set
         self._total_in_flight = 0
         self._global_max_workers = global_max_workers
         self._queues: dict[str, _QueueState] = {}
@@ -161,6 +162,8 @@ class Allocator:
     def capacity(self, queue: str) -> Capacity:
         state = self._active(queue)
         if self._pool is None:
+            if self._caps is not None:
+                return HardReserved(max_workers=self._caps.get(queue, 0))
             return HardReserved(max_workers=state.limits.max_workers)
         return Weighted(
             min_workers=state.limits.min_workers,
@@ -275,6 +278,22 @@ class Allocator:
         keep_overflow = max(0, min(self._pool.keepable(queue, len(overflow), now=self._clock()), headroom - keep_local))
         return local[:keep_local] + overflow[:keep_overflow]
 
+    def set_capacities(self, caps: Mapping[str, int]) -> None:
+        """Hard-reserved mode in scope "cluster": each queue's capacity is what the cluster's
+        leader gave this worker (0 for a queue it did not name), instead of its `max_workers`.
+        Permits already held stay held; nothing new is granted while a queue is over its cap."""
+        if self._pool is not None:
+            raise ConfigurationError("capacities come from the cluster only in hard-reserved mode")
+        self._caps = {name: max(0, int(n)) for name, n in caps.items()}
+        for name, state in self._queues.items():
+            if state.active:
+                state.slots.resize(self._caps.get(name, 0))
+
+    @property
+    def capacities(self) -> dict[str, int] | None:
+        """The capacities set with `set_capacities` (None: each queue's own `max_workers`)."""
+        return None if self._caps is None else dict(self._caps)
+
     def clear_demand(self, queue: str) -> None:
         """The queue found nothing to claim: stop counting it as a contender for the pool."""
         state = self._active(queue)
@@ -300,6 +319,8 @@ class Allocator:
             state.active = name in queues
         for name, limits in queues.items():
             capacity = limits.max_workers if global_max_workers is None else limits.min_workers
+            if self._caps is not None:
+                capacity = self._caps.get(name, 0)
             existing = self._queues.get(name)
             if existing is None:
                 self._queues[name] = _QueueState(limits, capacity)

@@ -242,6 +242,26 @@ class OverflowPool:
         self._update_membership(queue, entry)
         self._plan()
 
+    def observe(self, uses: Mapping[str, tuple[int, int]], *, now: float | None = None) -> None:
+        """Set each named queue's held count and demand at once, as measured elsewhere: the
+        cluster leader feeds the pool each round with what every queue holds and wants across
+        all workers, and reads the targets back. Credits are settled first, so the ledger
+        accounts each round's holding to the shares in force during it."""
+        for queue, (held, demand) in uses.items():
+            self._known(queue)
+            _check_count("held", held)
+            _check_count("demand", demand)
+        now = self._advance(now)
+        self._settle_all(now)
+        for queue, (held, demand) in uses.items():
+            entry = self._entries[queue]
+            if held > entry.held:
+                entry.last_grant = now
+            self._held_total += held - entry.held
+            entry.held, entry.demand = held, demand
+            self._update_membership(queue, entry)
+        self._plan()
+
     def reconfigure(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         """Change the total and the weights live; validated before anything changes.
 

@@ -52,6 +52,9 @@ def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
+CAPACITY_SCOPES = ("process", "cluster")
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a ``Worker`` needs; built and validated before the event loop starts."""
@@ -70,6 +73,9 @@ class WorkerConfig:
     pool_size: int = 4
     listen: bool = True
     database_alias: str = "default"
+    # "process": the capacity settings hold in this process; "cluster": for every live worker
+    # together, through caps the maintenance leader publishes (see awa_django.concurrency.cluster).
+    capacity_scope: str = "process"
     # Queues named on the command line: the worker then serves only those, and ignores new
     # Queue rows; otherwise a new Queue row gets a dispatcher when it appears.
     fixed_queues: bool = False
@@ -88,6 +94,10 @@ class WorkerConfig:
         ):
             _seconds(name, getattr(self, name))
         _seconds("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        if self.capacity_scope not in CAPACITY_SCOPES:
+            raise ConfigurationError(
+                f"capacity_scope is {self.capacity_scope!r}; use one of {', '.join(map(repr, CAPACITY_SCOPES))}"
+            )
         if self.heartbeat_staleness <= self.heartbeat_interval:
             raise ConfigurationError(
                 f"heartbeat_staleness ({self.heartbeat_staleness}s) must exceed heartbeat_interval "
@@ -128,6 +138,7 @@ def build_config(
         "pool_size": awa_settings.POOL_SIZE,
         "listen": awa_settings.LISTEN,
         "database_alias": awa_settings.DATABASE_ALIAS,
+        "capacity_scope": awa_settings.CAPACITY_SCOPE,
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     for key in ("completed_retention", "failed_retention"):

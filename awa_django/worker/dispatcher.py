@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -79,10 +80,23 @@ class Dispatcher:
     @property
     def wanted(self) -> int:
         """How many permits to ask for: the most this queue could ever run at once here."""
-        allocator = self.worker.allocator
-        if allocator.global_max_workers is None:
+        worker = self.worker
+        if worker.config.capacity_scope == "cluster":  # the leader's cap decides how many it gets
+            return max(self.config.max_workers, worker.config.global_max_workers or 0)
+        if worker.allocator.global_max_workers is None:
             return self.config.max_workers
-        return allocator.global_max_workers
+        return worker.allocator.global_max_workers
+
+    def set_rate_share(self, rate: float) -> None:
+        """Scope "cluster": this worker's part of the queue's rate limit, as the leader split it."""
+        if self.config.rate_limit is None or self.bucket is None:
+            return
+        share = max(rate, 0.01)  # a worker with no part gets no cap either; keep the bucket valid
+        burst = (
+            max(1, math.ceil(self.config.rate_burst * share / self.config.rate_limit)) if self.config.rate_burst else 0
+        )
+        if abs(self.bucket.max_rate - share) > 1e-9:
+            self.bucket.reconfigure(share, burst, now=time.monotonic())
 
     async def run(self) -> None:
         backoff = Backoff()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_django.sql import statements
+from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Maintenance:
         self.is_leader = False
         self._last_retention = -math.inf  # the first round sweeps
         self.rounds = 0
+        self.cluster = ClusterLeader(worker)
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -100,6 +102,8 @@ class Maintenance:
                 [r[0] for r in rescued][:20],
             )
             await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
+        # Cluster capacity: after the rescue, so a dead worker's jobs and its part go together.
+        await self.cluster.plan_once(conn)
         for queue in worker.config.queues.values():
             if queue.priority_aging:
                 cursor = await conn.execute(

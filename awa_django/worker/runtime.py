@@ -21,7 +21,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -34,6 +34,7 @@ from awa_django.exceptions import ConfigurationError
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.worker.capacity import ClusterMember
 from awa_django.worker.completer import Completer
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob, JobContext
@@ -55,7 +56,11 @@ class Worker:
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.started_at = datetime.now(timezone.utc)
-        self.allocator = Allocator(config.global_max_workers, config.queues)
+        if config.capacity_scope == "cluster":
+            # The leader's caps decide, per queue; the allocator enforces them (hard-reserved style).
+            self.allocator = Allocator(None, config.queues)
+        else:
+            self.allocator = Allocator(config.global_max_workers, config.queues)
         self.allocator.on_release = self._on_release
         self._wake_scheduled = False
         self.dispatchers: dict[str, Dispatcher] = {}
@@ -64,6 +69,7 @@ class Worker:
         self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
         self.completer = Completer(self.pool, hand_over=self)
         self.maintenance = Maintenance(self)
+        self.cluster = ClusterMember(self) if config.capacity_scope == "cluster" else None
         self.stopping = False
         self.forced = False
         self.listening = False
@@ -121,6 +127,30 @@ class Worker:
             dispatcher = self.dispatchers.get(queue)
             if dispatcher is not None:
                 dispatcher.wake.set()
+
+    # --- the door of cluster capacity (awa_django.worker.capacity.CapacityHost) ---------------
+
+    @property
+    def instance_key(self) -> str:
+        return str(self.instance_id)
+
+    def queue_use(self) -> dict[str, tuple[int, int]]:
+        """{queue: (held, demand)}: demand only while the queue has backlog and is not paused."""
+        use = {}
+        for name, dispatcher in self.dispatchers.items():
+            if not self.allocator.serves(name):
+                continue
+            wants = dispatcher.hungry and not dispatcher.config.paused
+            use[name] = (self.allocator.in_flight(name), dispatcher.wanted if wants else 0)
+        return use
+
+    def apply_rate_shares(self, rates: Mapping[str, float]) -> None:
+        for name, dispatcher in self.dispatchers.items():
+            if name in rates:
+                dispatcher.set_rate_share(rates[name])
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
 
     def give_back(self, permits: Iterable[Permit]) -> None:
         """Release permits a poll could not use (each release wakes only who may take it)."""
@@ -211,6 +241,8 @@ class Worker:
             self._spawn("awa-heartbeat", self._heartbeat())
             self._spawn("awa-maintenance", self.maintenance.run())
             self._spawn("awa-backlog", self._backlog_probe())
+            if self.cluster is not None:
+                self._spawn("awa-capacity", self.cluster.run())
             self._spawn("awa-snapshot", self._snapshots())
             self._spawn("awa-reconfigure", self._reconfigure_loop())
             self.ready.set()
@@ -328,6 +360,8 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         if not self.forced:
+            if self.cluster is not None:
+                await self.cluster.leave()
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 async with self.pool.connection(timeout=2) as conn:
                     await conn.execute(statements["delete_worker_instance"], {"instance_id": self.instance_id})
@@ -507,7 +541,11 @@ class Worker:
                 "stopping": self.stopping,
                 "in_flight": len(self.in_flight),
                 "sync_running": self.executor.sync_running,
+                "capacity_scope": self.config.capacity_scope,
             }
+            if self.cluster is not None:
+                flags["cluster_caps"] = self.cluster.caps
+                flags["cluster_leased"] = self.cluster.leased
             await conn.execute(
                 statements["upsert_worker_instance"],
                 {

@@ -47,6 +47,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--heartbeat-interval", type=seconds, metavar="SECONDS")
         parser.add_argument(
+            "--capacity-scope",
+            choices=["process", "cluster"],
+            help="process: the capacity settings hold in this process (default); cluster: for every "
+            "live worker together (AWA['CAPACITY_SCOPE'])",
+        )
+        parser.add_argument(
             "--heartbeat-staleness",
             type=seconds,
             metavar="SECONDS",
@@ -88,6 +94,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 heartbeat_interval=options["heartbeat_interval"],
                 heartbeat_staleness=options["heartbeat_staleness"],
+                capacity_scope=options["capacity_scope"],
             )
         except ConfigurationError as exc:
             raise CommandError(f"{exc}") from exc

@@ -1,0 +1,20 @@
+-- report_capacity: a worker in cluster scope reports its use and reads back what the leader
+--   published for it, in one round trip.
+-- Parameters: instance_id (uuid), use (jsonb: {queue: {held, demand}}), applied (jsonb: {queue:
+--   cap} it enforces now), global_max_workers (int or NULL: its own setting).
+-- Index: the primary key (instance_id).
+-- Locking: an upsert of the worker's own row. While the leader plans (it holds every row FOR
+--   UPDATE) this waits, then reads the newly published caps: a worker never applies caps older
+--   than the ones the leader counted it as able to apply. `leased` is evaluated on the database
+--   clock, like the lease itself.
+INSERT INTO awa_worker_capacity AS c
+    (instance_id, use, applied, global_max_workers, caps, floors, rates, reported_at)
+VALUES
+    (%(instance_id)s::uuid, %(use)s::jsonb, %(applied)s::jsonb, %(global_max_workers)s::int,
+     '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, now())
+ON CONFLICT (instance_id) DO UPDATE
+SET use = excluded.use,
+    applied = excluded.applied,
+    global_max_workers = excluded.global_max_workers,
+    reported_at = excluded.reported_at
+RETURNING c.caps, c.floors, c.rates, (c.lease_until IS NOT NULL AND c.lease_until > now()) AS leased

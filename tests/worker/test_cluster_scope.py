@@ -1,0 +1,131 @@
+"""Capacity scope "cluster": one global maximum, floors and weights for every worker together.
+
+Three real ``awa_worker`` processes (two serve A and B, one only A) share a global maximum of
+12 from the ClusterSettings row; A has min 2 and weight 3, B min 2 and weight 1: the pool of 8
+splits 6:2, so the ideal is A 8 and B 4 (A's share 0.667). Concurrency is counted from the
+database (running rows, sampled every ~15 ms), never from the workers' own counters.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from awa_django.models import ClusterSettings, Queue, WorkerCapacity
+from tests.harness import wait_until
+from tests.weighted.support import Sampler, between, contended, time_weighted_mean
+from tests.worker.support import Spawner
+
+GLOBAL = 12
+IDEAL_SHARE_A = 8 / 12
+WINDOW = 5.0
+FAST = ["--heartbeat-interval", "0.5", "--heartbeat-staleness", "3", "--poll-interval", "0.5"]
+
+
+def _cluster(spawn: Spawner, *, global_max: int = GLOBAL) -> list:
+    ClusterSettings.objects.update_or_create(id=1, defaults={"global_max_workers": global_max})
+    Queue.objects.create(name="A", min_workers=2, weight=3)
+    Queue.objects.create(name="B", min_workers=2, weight=1)
+    args = ["--capacity-scope", "cluster", "--global-max-workers", str(global_max), *FAST]
+    workers = [
+        spawn("-q", "A", "-q", "B", *args, name="both-1"),
+        spawn("-q", "A", "-q", "B", *args, name="both-2"),
+        spawn("-q", "A", *args, name="only-a"),
+    ]
+    wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 3, 60, 0.05, "3 planned")
+    return workers
+
+
+def _sleep_jobs(queue: str, count: int, seconds: float = 0.1) -> float:
+    from django.db import transaction
+
+    from awa_django.models import Job
+
+    with transaction.atomic():
+        Job.objects.enqueue_many([{"kind": "sleep", "queue": queue, "args": {"seconds": seconds}}] * count)
+    return time.monotonic()
+
+
+@pytest.mark.slow
+def test_cluster__three_workers_share_one_global_maximum_split_by_weight(spawn: Spawner) -> None:
+    workers = _cluster(spawn)
+    with Sampler(["A", "B"]) as sampler:
+        _sleep_jobs("A", 900)
+        start = _sleep_jobs("B", 450)
+        sampler.wait_for(lambda s: s.t >= start + 1.0 + WINDOW, 60, "the measuring window to pass")
+    samples = sampler.snapshot()
+    window = between(contended(samples, ["A", "B"]), start + 1.0, start + 1.0 + WINDOW)
+    mean_a = time_weighted_mean(window, lambda s: s.running["A"])
+    mean_b = time_weighted_mean(window, lambda s: s.running["B"])
+    peak = max(s.total for s in samples)
+    share = mean_a / (mean_a + mean_b)
+    print(f"[cluster] A {mean_a:.2f}, B {mean_b:.2f}, A's share {share:.3f} (ideal 0.667), peak {peak} / {GLOBAL}")
+    for worker in workers:
+        worker.assert_alive()
+    assert window and window[-1].t - window[0].t >= WINDOW * 0.9, "both queues must stay loaded"
+    assert peak <= GLOBAL
+    assert abs(share - IDEAL_SHARE_A) <= 0.05 * IDEAL_SHARE_A
+    assert mean_a + mean_b >= 10
+
+
+@pytest.mark.slow
+def test_cluster__a_killed_worker_s_part_returns_to_the_others(spawn: Spawner) -> None:
+    workers = _cluster(spawn)
+    with Sampler(["A", "B"]) as sampler:
+        _sleep_jobs("A", 1500)
+        _sleep_jobs("B", 700)
+        sampler.wait_for(lambda s: s.total >= 10, 30, "the cluster to run near its maximum")
+        workers[0].signal(signal.SIGKILL)
+        killed = time.monotonic()
+        # Its jobs are rescued and its caps freed after the staleness (3 s); then the two others
+        # run the full 12 again.
+        full = sampler.wait_for(
+            lambda s: s.t > killed + 3.0 and s.total == GLOBAL, 3.0 + 2.0 + 10, "the others to reach 12"
+        )
+        sampler.wait_for(lambda s: s.t >= full.t + 2.0, 10, "two more seconds")
+    samples = sampler.snapshot()
+    print(f"[cluster] after SIGKILL the others ran {GLOBAL} again {full.t - killed:.2f}s later")
+    assert max(s.total for s in samples) <= GLOBAL
+    assert full.t - killed <= 3.0 + 2.0 + 1.0  # staleness + 2 s, and one report/plan round
+    for worker in workers[1:]:
+        worker.assert_alive()
+
+
+@pytest.mark.slow
+def test_cluster__a_new_worker_joins_and_gets_a_share(spawn: Spawner) -> None:
+    ClusterSettings.objects.update_or_create(id=1, defaults={"global_max_workers": 6})
+    Queue.objects.create(name="A")
+    args = ["-q", "A", "--capacity-scope", "cluster", *FAST]
+    first = spawn(*args, name="first")
+    wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).exists(), 60, 0.05, "first planned")
+    with Sampler(["A"]) as sampler:
+        _sleep_jobs("A", 600, seconds=0.2)
+        sampler.wait_for(lambda s: s.running["A"] == 6, 30, "the first worker to run all 6")
+        second = spawn(*args, name="second")
+        joined = time.monotonic()
+        wait_until(
+            lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, 30, 0.05, "second planned"
+        )
+        wait_until(
+            lambda: any((c.applied or {}).get("A", 0) > 0 for c in WorkerCapacity.objects.exclude(pk=first_key(first))),
+            10,
+            0.05,
+            "the new worker to get a cap",
+        )
+        got = time.monotonic() - joined
+        later = time.monotonic() + 1.0
+        sampler.wait_for(lambda s: s.t >= later, 10, "a second more")
+    samples = sampler.snapshot()
+    print(f"[cluster] a new worker got its first cap {got:.2f}s after it was started")
+    assert max(s.total for s in samples) <= 6
+    assert got <= 2.0
+    second.assert_alive()
+
+
+def first_key(worker: object) -> object:
+    from awa_django.models import WorkerInstance
+
+    instance = WorkerInstance.objects.filter(pid=worker.process.pid).first()  # type: ignore[attr-defined]
+    return None if instance is None else instance.instance_id
