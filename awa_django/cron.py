@@ -124,7 +124,9 @@ def parse(expression: object, tz: object = "UTC", *, name: str | None = None) ->
         raise InvalidScheduleError(expression, tz, "the cron expression must be a non-empty string", name=name)
     expression = " ".join(expression.split())
     if not isinstance(tz, str) or not tz:
-        raise InvalidScheduleError(expression, tz, "the time zone must be an IANA name such as 'UTC'", name=name)
+        raise InvalidScheduleError(
+            expression, tz, "the time zone must be an IANA name such as 'UTC'", name=name, field="timezone"
+        )
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -158,7 +160,11 @@ def check_policy(policy: object, catch_up_limit: object, *, name: str | None = N
     """Validate a missed-fire policy and its bound; raise InvalidScheduleError naming them."""
     if policy not in MISSED_POLICIES:
         raise InvalidScheduleError(
-            None, None, f"missed={policy!r} is not a policy; use one of {list(MISSED_POLICIES)}", name=name
+            None,
+            None,
+            f"missed={policy!r} is not a policy; use one of {list(MISSED_POLICIES)}",
+            name=name,
+            field="missed",
         )
     if (
         isinstance(catch_up_limit, bool)
@@ -170,4 +176,5 @@ def check_policy(policy: object, catch_up_limit: object, *, name: str | None = N
             None,
             f"catch_up_limit={catch_up_limit!r} must be an integer from 1 to {CATCH_UP_LIMIT_MAX}",
             name=name,
+            field="catch_up_limit",
         )

@@ -137,10 +137,13 @@ class TerminalError(AwaError):
 class InvalidScheduleError(AwaError, ValueError):
     """A schedule's cron expression, time zone or missed-fire policy is invalid."""
 
-    def __init__(self, expression: object, timezone: object, message: str, *, name: str | None = None) -> None:
+    def __init__(
+        self, expression: object, timezone: object, message: str, *, name: str | None = None, field: str = "cron"
+    ) -> None:
         self.expression = expression
         self.timezone = timezone
         self.name = name
+        self.field = field  # the schedule field at fault: cron, timezone, missed, catch_up_limit, …
         where = f"schedule {name!r}: " if name else ""
         what = f"cron {expression!r} ({timezone}): " if expression is not None else ""
         super().__init__(f"{where}{what}{message}")

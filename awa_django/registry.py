@@ -269,11 +269,12 @@ def _schedule_spec(
         row = build_row(kind, args, queue=queue, max_attempts=max_attempts, priority=priority)
         build_row(name)  # a schedule's name follows the rules of a kind (non-empty, 255 characters)
     except InvalidJobError as exc:
-        raise InvalidScheduleError(None, None, str(exc), name=name if isinstance(name, str) else None) from None
+        where = name if isinstance(name, str) else None
+        raise InvalidScheduleError(None, None, str(exc), name=where, field=exc.field) from None
     spec = parse(cron, timezone, name=name)
     check_policy(missed, catch_up_limit, name=name)
     if not isinstance(paused, bool):
-        raise InvalidScheduleError(None, None, f"paused={paused!r} must be True or False", name=name)
+        raise InvalidScheduleError(None, None, f"paused={paused!r} must be True or False", name=name, field="paused")
     return ScheduleSpec(
         name,
         kind,

@@ -607,6 +607,33 @@ def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = No
     return result
 
 
+SCHEDULE_RETIME_FIELDS = ("cron", "timezone")
+
+
+def save_schedule(schedule: Schedule, changed: Sequence[str] | None = None, now: datetime | None = None) -> Schedule:
+    """Save a schedule edited by an operator (the admin form): a new one, or only the ``changed``
+    fields of an existing one, so a fire the leader committed meanwhile (last/next fire time,
+    last job) is never overwritten. A new schedule, a changed cron or time zone, or a resume
+    sets the next fire to the first slot after now. Raises InvalidScheduleError if its cron or
+    time zone is invalid.
+    """
+    alias = _alias()
+    now = now or timezone.now()
+    with transaction.atomic(using=alias):
+        if schedule.pk is None or changed is None:
+            schedule.next_fire_at = next_fire_after(schedule, now)[0]
+            schedule.save(using=alias)
+            return schedule
+        Schedule.objects.using(alias).select_for_update().filter(pk=schedule.pk).first()
+        fields = [name for name in changed if name not in ("next_fire_at", "last_fire_at", "last_job_id")]
+        if any(name in fields for name in SCHEDULE_RETIME_FIELDS) or ("paused" in fields and not schedule.paused):
+            schedule.next_fire_at = next_fire_after(schedule, now)[0]
+            fields.append("next_fire_at")
+        if fields:
+            schedule.save(using=alias, update_fields=[*fields, "updated_at"])
+    return schedule
+
+
 def pause_schedules(names: Iterable[str]) -> int:
     """Pause schedules (no slot fires until resumed); return how many were running before."""
     wanted = sorted(set(names))
@@ -656,7 +683,7 @@ def run_schedules_now(names: Iterable[str]) -> list[Job]:
     with transaction.atomic(using=alias):
         for row in Schedule.objects.using(alias).filter(name__in=wanted).order_by("name"):
             jobs.append(
-                Job.objects.using(alias).enqueue(
+                Job.objects.db_manager(alias).enqueue(
                     row.kind,
                     row.args,
                     queue=row.queue,
