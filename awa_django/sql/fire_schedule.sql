@@ -36,7 +36,7 @@ inserted AS (
         '[]'::jsonb, jsonb_build_object('schedule', c.name, 'fire_at', slot.fire_at_text),
         '{}'::varchar[], slot.unique_key,
         ARRAY['scheduled', 'available', 'running', 'completed', 'retryable', 'failed', 'cancelled']::varchar[], 0
-    FROM claimed,
+    FROM claimed AS c,
         unnest(%(fire_ats)s::timestamptz[], %(fire_at_texts)s::text[], %(unique_keys)s::varchar[])
             AS slot(fire_at, fire_at_text, unique_key)
     ORDER BY slot.fire_at
