@@ -134,8 +134,8 @@ def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
-@register()
-def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+@register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
+def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.E008: a Schedule row's cron or time zone is invalid (the leader would skip it);
     awa.W002: an active schedule fires a kind no handler runs (its jobs would fail).
 
@@ -147,7 +147,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     from awa_django.registry import registry
 
     alias = awa_settings.DATABASE_ALIAS
-    if alias not in settings.DATABASES:
+    if alias not in settings.DATABASES or not databases or alias not in databases:
         return []
     try:
         from awa_django.models import Schedule

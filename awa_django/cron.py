@@ -135,6 +135,7 @@ def parse(expression: object, tz: object = "UTC", *, name: str | None = None) ->
             tz,
             f"{tz!r} is not a known IANA time zone; use a name such as 'Europe/Paris' or 'UTC'",
             name=name,
+            field="timezone",
         ) from None
     fields = expression.split()
     if not expression.startswith("@") and len(fields) not in (5, 6):

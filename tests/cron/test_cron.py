@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -190,6 +191,6 @@ def test_due__is_the_tail_of_the_chain_of_next_after(
     chain = [first, *fires(spec, first, now)]
     slots, following, skipped = spec.due(first, now, limit)
     assert slots == chain[-limit:]
-    assert all(a < b for a, b in zip(slots, slots[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(slots))
     assert following == spec.next_after(chain[-1]) and following > now
     assert skipped == (len(chain) > limit)

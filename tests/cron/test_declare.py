@@ -117,7 +117,11 @@ def test_sync__a_changed_cron_retimes_the_schedule() -> None:
     result = sync_schedules([spec("a", cron="0 5 * * *", args={"x": 1})], now=NOW)
     row = Schedule.objects.get(name="a")
     assert result.updated == ["a"]
-    assert (row.cron, row.args, row.next_fire_at) == ("0 5 * * *", {"x": 1}, datetime(2026, 6, 2, 5, tzinfo=timezone.utc))
+    assert (row.cron, row.args, row.next_fire_at) == (
+        "0 5 * * *",
+        {"x": 1},
+        datetime(2026, 6, 2, 5, tzinfo=timezone.utc),
+    )
 
 
 @pytest.mark.django_db

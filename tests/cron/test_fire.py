@@ -24,7 +24,9 @@ def make_schedule(name: str = "every_minute", cron: str = "* * * * *", **kw: Any
     return Schedule.objects.create(name=name, kind="noop", cron=cron, next_fire_at=first, **kw)
 
 
-def fire(conn: psycopg.Connection[Any], row: Schedule, missed: str = "coalesce", limit: int = 100) -> tuple[int, list[int]]:
+def fire(
+    conn: psycopg.Connection[Any], row: Schedule, missed: str = "coalesce", limit: int = 100
+) -> tuple[int, list[int]]:
     """Plan from the row as read, then run the statement, as a leader does."""
     now = datetime.now(timezone.utc)
     assert row.next_fire_at is not None
@@ -75,10 +77,12 @@ def test_fire__concurrent_leaders_block_on_the_row_and_only_one_fires() -> None:
         thread = threading.Thread(target=leader_b)
         thread.start()
         wait_until(
-            lambda: probe.execute(
-                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (b_pid,)
-            ).fetchone()
-            == (True,),
+            lambda: (
+                probe.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (b_pid,)
+                ).fetchone()
+                == (True,)
+            ),
             what="leader B waiting on the schedule row lock",
         )
         a_conn.commit()

@@ -3,6 +3,7 @@ schedules, a forced leader change, workers that were down, pause/resume and run 
 
 from __future__ import annotations
 
+import itertools
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -65,9 +66,11 @@ def test_per_second_schedule__fires_each_second_within_a_second(spawn: Spawner) 
     wait_for_fires("tick", 1)
     start = db_now()
     jobs = wait_until(
-        lambda: [j for j in fired("tick") if slot(j) > start][:6]
-        if len([j for j in fired("tick") if slot(j) > start]) >= 6
-        else None,
+        lambda: (
+            [j for j in fired("tick") if slot(j) > start][:6]
+            if len([j for j in fired("tick") if slot(j) > start]) >= 6
+            else None
+        ),
         30,
         0.1,
         "six fires after the first",
@@ -75,7 +78,7 @@ def test_per_second_schedule__fires_each_second_within_a_second(spawn: Spawner) 
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log[-3000:]
     slots = [slot(j) for j in jobs]
-    assert [b - a for a, b in zip(slots, slots[1:], strict=False)] == [SECOND] * 5, slots  # no slot missed
+    assert [b - a for a, b in itertools.pairwise(slots)] == [SECOND] * 5, slots  # no slot missed
     lags = [j.created_at - slot(j) for j in jobs]
     assert all(timedelta(0) <= lag < SECOND for lag in lags), lags
     assert all(Job.objects.get(pk=j.pk).state in ("available", "running", "completed") for j in jobs)
