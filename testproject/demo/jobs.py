@@ -1,8 +1,10 @@
-"""Demo job kinds, registered under the exact names ``noop``, ``sleep`` and ``fail``."""
+"""Demo job kinds, registered under the exact names ``noop``, ``sleep`` and ``fail``, and one
+periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 
@@ -10,6 +12,8 @@ from django.utils import timezone
 
 from awa_django import JobContext, job
 from testproject.demo.models import Execution
+
+logger = logging.getLogger(__name__)
 
 
 @job("noop")
@@ -43,3 +47,24 @@ def record(context: JobContext, seconds: float = 0.0) -> None:
     if seconds:
         time.sleep(float(seconds))
     Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+
+
+# A periodic job: every 10 seconds (six fields: seconds first). Declared paused, so the workers
+# the test suite starts never fire it; `manage.py demo` resumes it, and the admin can too.
+@job(
+    "demo_tick",
+    cron="*/10 * * * * *",
+    timezone="Europe/Paris",
+    args={"greeting": "tick"},
+    paused=True,
+    takes_context=True,
+)
+async def demo_tick(context: JobContext, greeting: str) -> None:
+    """Logs the slot it was fired for (the job's metadata carries the schedule and the slot)."""
+    logger.warning(
+        "%s schedule=%s fire_at=%s job=%s",
+        greeting,
+        context.metadata.get("schedule"),
+        context.metadata.get("fire_at"),
+        context.job_id,
+    )

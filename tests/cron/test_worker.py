@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from awa_django.models import Job, Schedule, WorkerInstance
 from awa_django.services import pause_schedules, resume_schedules, run_schedules_now, save_schedule
-from tests.harness import wait_until
+from tests.harness import ROOT, wait_until, worker_env
 from tests.worker.support import Spawner
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,3 +181,27 @@ def test_pause_resume_and_run_now(spawn: Spawner) -> None:
     assert worker.wait_exit() == 0, worker.log[-3000:]
     # Slots that passed while paused were not fired afterwards either.
     assert not [j for j in fired("tick") if paused_at + SECOND < slot(j) <= resumed_at]
+
+
+def test_demo_command__resumes_its_schedule_and_the_worker_fires_it(tmp_path: Path) -> None:
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "demo", "--jobs", "1"],
+            cwd=ROOT,
+            env=worker_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        tick = wait_until(
+            lambda: Job.objects.filter(kind="demo_tick", state="completed").first(), 40, 0.2, "a demo_tick job run"
+        )
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+    assert tick.metadata["schedule"] == "demo_tick"
+    assert datetime.fromisoformat(tick.metadata["fire_at"]).second % 10 == 0
+    text = log.read_text(errors="replace")
+    assert "schedule demo_tick fires every 10 s" in text
+    assert f"tick schedule=demo_tick fire_at={tick.metadata['fire_at']} job={tick.pk}" in text
