@@ -76,7 +76,9 @@ class Job(models.Model):
                 name="awa_job_available_idx",
             ),
             # rescue_stale_jobs: running rows by heartbeat, and by deadline.
-            models.Index(fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"),
+            models.Index(
+                fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"
+            ),
             models.Index(fields=["deadline_at"], condition=Q(state="running"), name="awa_job_running_dl_idx"),
             # promote_due_jobs: scheduled and retryable rows by run_at.
             models.Index(
@@ -134,7 +136,9 @@ class Queue(models.Model):
     rate_limit = models.FloatField(
         null=True, blank=True, help_text="At most this many jobs started per second; empty = unlimited."
     )
-    rate_burst = models.PositiveIntegerField(default=0, help_text="Token-bucket burst; 0 means ceil(rate_limit).")
+    rate_burst = models.PositiveIntegerField(
+        default=0, help_text="Token-bucket burst; 0 means ceil(rate_limit)."
+    )
     paused = models.BooleanField(default=False)
     deadline = models.DurationField(
         null=True,
@@ -153,7 +157,9 @@ class Queue(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(max_workers__gte=1), name="awa_queue_max_workers_positive"),
-            models.CheckConstraint(condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"),
+            models.CheckConstraint(
+                condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"
+            ),
             models.CheckConstraint(condition=Q(weight__gte=1), name="awa_queue_weight_positive"),
             models.CheckConstraint(
                 condition=Q(rate_limit__isnull=True) | Q(rate_limit__gt=0),

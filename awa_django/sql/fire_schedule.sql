@@ -22,7 +22,7 @@ WITH claimed AS (
     FROM awa_schedule
     WHERE id = %(id)s::bigint
       AND last_fire_at IS NOT DISTINCT FROM %(expected_last_fire_at)s::timestamptz
-      AND next_fire_at = %(expected_next_fire_at)s::timestamptz
+      AND next_fire_at IS NOT DISTINCT FROM %(expected_next_fire_at)s::timestamptz
       AND NOT paused
       AND removed_from_code_at IS NULL
     FOR UPDATE

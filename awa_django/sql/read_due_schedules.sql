@@ -3,10 +3,11 @@
 --   removed_from_code_at IS NULL. Locking: none (a plain read); fire_schedule re-checks each row
 --   under a row lock, so a row that changed since this read simply does not fire.
 -- The leader computes the slots from these values and the returned now, so every leader uses the
---   database's clock, never its own.
+--   database's clock, never its own. A row with no next_fire_at (written around the services,
+--   e.g. Schedule.objects.create) is returned too, so that the leader sets its first fire time.
 SELECT id, name, cron, timezone, missed, catch_up_limit, next_fire_at, last_fire_at, now() AS db_now
 FROM awa_schedule
-WHERE next_fire_at <= now()
+WHERE (next_fire_at <= now() OR next_fire_at IS NULL)
   AND NOT paused
   AND removed_from_code_at IS NULL
 ORDER BY next_fire_at

@@ -46,17 +46,20 @@ class FirePlan:
 
 
 def plan_fire(
-    name: str, cron: str, tz: str, missed: str, catch_up_limit: int, next_fire_at: datetime, now: datetime
+    name: str, cron: str, tz: str, missed: str, catch_up_limit: int, next_fire_at: datetime | None, now: datetime
 ) -> FirePlan:
-    """The slots due from ``next_fire_at`` to ``now`` under the schedule's missed-fire policy."""
+    """The slots due from ``next_fire_at`` to ``now`` under the schedule's missed-fire policy
+    (none, and the first fire after now, for a row that has no next fire time yet)."""
     spec = parse(cron, tz, name=name)
+    if next_fire_at is None:
+        return FirePlan([], None, spec.next_after(now), False)
     limit = catch_up_limit if missed == CATCH_UP else 1
     slots, following, skipped = spec.due(next_fire_at, now, limit)
     return FirePlan(slots, slots[-1] if slots else None, following, skipped)
 
 
 def fire_params(
-    schedule_id: int, name: str, expected_last: datetime | None, expected_next: datetime, plan: FirePlan
+    schedule_id: int, name: str, expected_last: datetime | None, expected_next: datetime | None, plan: FirePlan
 ) -> dict[str, Any]:
     return {
         "id": schedule_id,

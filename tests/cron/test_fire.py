@@ -3,6 +3,7 @@ compare-and-swap, so two leaders (failover, split brain) never fire one slot twi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -12,11 +13,18 @@ import pytest
 
 from awa_django.models import Job, Schedule
 from awa_django.sql import statements
-from awa_django.worker.scheduler import fire_params, plan_fire, schedule_unique_key
+from awa_django.worker.db import connection_kwargs
+from awa_django.worker.scheduler import Scheduler, fire_params, plan_fire, schedule_unique_key
 from tests.conftest import connect_outside_django
 from tests.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def connection_params() -> dict[str, Any]:
+    params = connection_kwargs("default")
+    params.pop("autocommit", None)
+    return params
 
 
 def make_schedule(name: str = "every_minute", cron: str = "* * * * *", **kw: Any) -> Schedule:
@@ -111,4 +119,19 @@ def test_fire__a_paused_or_removed_schedule_does_not_fire(field: str) -> None:
     )
     with connect_outside_django() as conn:
         assert fire(conn, row) == (0, [])
+    assert Job.objects.count() == 0
+
+
+def test_scheduler__a_row_created_without_a_next_fire_gets_one_and_fires_nothing_yet() -> None:
+    row = Schedule.objects.create(name="orm_made", kind="noop", cron="0 3 * * *")
+    assert row.next_fire_at is None
+
+    async def one_round() -> int:
+        async with await psycopg.AsyncConnection.connect(**connection_params(), autocommit=True) as conn:
+            return await Scheduler().fire_due(conn)
+
+    assert asyncio.run(one_round()) == 0
+    row.refresh_from_db()
+    assert row.next_fire_at is not None and (row.next_fire_at.hour, row.next_fire_at.minute) == (3, 0)
+    assert row.next_fire_at > datetime.now(timezone.utc)
     assert Job.objects.count() == 0
