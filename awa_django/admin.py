@@ -653,3 +653,7 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
         ],
         "last_hour": {"completed": chart.completed, "failed": chart.failed},
     }  # fmt: skip
+
+
+# The Schedule admin (periodic jobs) lives in its own module; importing it registers it.
+from awa_django import admin_schedules  # noqa: E402, F401

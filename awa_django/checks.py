@@ -153,3 +153,54 @@ def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     return messages
+
+
+@register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
+def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.E009: a Schedule row's cron or time zone is invalid (the leader would skip it);
+    awa.W002: an active schedule fires a kind no handler runs (its jobs would fail).
+
+    Schedules declared in code are validated when declared (``@job(cron=…)``, ``schedule(…)``);
+    this catches rows written around the admin form. Skipped while the database is unreachable.
+    """
+    from awa_django.cron import parse
+    from awa_django.exceptions import InvalidScheduleError
+    from awa_django.registry import registry
+
+    alias = awa_settings.DATABASE_ALIAS
+    if alias not in settings.DATABASES or not databases or alias not in databases:
+        return []
+    try:
+        from awa_django.models import Schedule
+
+        with transaction.atomic(using=alias):
+            rows = list(
+                Schedule.objects.using(alias)
+                .order_by("name")
+                .values_list("name", "kind", "cron", "timezone", "paused", "removed_from_code_at")
+            )
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    for name, kind, cron, tz, paused, removed in rows:
+        try:
+            parse(cron, tz, name=name)
+        except InvalidScheduleError as exc:
+            messages.append(
+                Error(
+                    str(exc),
+                    hint=f"correct schedule {name!r} in the Schedule admin (or in the code that declares it)",
+                    obj=name,
+                    id="awa.E009",
+                )
+            )
+        if not paused and removed is None and registry.get(kind) is None:
+            messages.append(
+                Warning(
+                    f"schedule {name!r} fires kind {kind!r}, which no @job handler registers; its jobs would fail",
+                    hint=f"register a handler with @job({kind!r}), or pause or delete schedule {name!r}",
+                    obj=name,
+                    id="awa.W002",
+                )
+            )
+    return messages

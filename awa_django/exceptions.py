@@ -129,3 +129,21 @@ class Cancel(JobOutcome):
 
 class TerminalError(AwaError):
     """Subclass (or raise) this for errors that retrying cannot fix: the job fails at once."""
+
+
+# --- periodic jobs ------------------------------------------------------------------
+
+
+class InvalidScheduleError(AwaError, ValueError):
+    """A schedule's cron expression, time zone or missed-fire policy is invalid."""
+
+    def __init__(
+        self, expression: object, timezone: object, message: str, *, name: str | None = None, field: str = "cron"
+    ) -> None:
+        self.expression = expression
+        self.timezone = timezone
+        self.name = name
+        self.field = field  # the schedule field at fault: cron, timezone, missed, catch_up_limit, …
+        where = f"schedule {name!r}: " if name else ""
+        what = f"cron {expression!r} ({timezone}): " if expression is not None else ""
+        super().__init__(f"{where}{what}{message}")

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Func, Q
 from django.utils import timezone
 
+from awa_django.cron import CATCH_UP_LIMIT_DEFAULT, CATCH_UP_LIMIT_MAX
 from awa_django.managers import JobManager, JobQuerySet
 
 
@@ -252,3 +253,89 @@ class WorkerCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"capacity of {self.instance_id}"
+
+_now = timezone.now  # the Schedule model has a field named timezone
+
+
+class MissedPolicy(models.TextChoices):
+    COALESCE = "coalesce", "coalesce: one fire for the latest missed slot"
+    CATCH_UP = "catch_up", "catch up: each missed slot, up to catch_up_limit"
+
+
+class ScheduleSource(models.TextChoices):
+    CODE = "code", "code"
+    ADMIN = "admin", "admin"
+
+
+class Schedule(models.Model):
+    """A periodic job: fires ``kind`` with ``args`` at each slot of ``cron`` in ``timezone``.
+
+    Declared in code (``@job(..., cron=...)`` or ``schedule(...)``; synchronised at worker start,
+    code owns its fields) or created in the admin. The maintenance leader fires due slots with
+    fire_schedule.sql, which compares-and-swaps ``last_fire_at``/``next_fire_at``.
+    """
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    kind = models.CharField(max_length=NAME_MAX_LENGTH)
+    cron = models.CharField(
+        max_length=NAME_MAX_LENGTH,
+        help_text="5 fields (minute hour day month weekday), 6 with seconds first, or @daily/@hourly/…",
+    )
+    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Paris")
+    args = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, default="default")
+    priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
+    max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
+    missed = models.CharField(max_length=16, choices=MissedPolicy.choices, default=MissedPolicy.COALESCE)
+    catch_up_limit = models.PositiveIntegerField(
+        default=CATCH_UP_LIMIT_DEFAULT,
+        help_text="catch up: at most this many missed slots fire; older ones are skipped",
+    )
+    paused = models.BooleanField(default=False)
+    source = models.CharField(max_length=8, choices=ScheduleSource.choices, default=ScheduleSource.ADMIN)
+    removed_from_code_at = models.DateTimeField(
+        null=True, blank=True, help_text="declared in code no more since then: disabled (not deleted)"
+    )
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    last_fire_at = models.DateTimeField(null=True, blank=True, help_text="the slot last fired")
+    # No foreign key: retention deletes jobs with raw SQL, and a constraint would block it.
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=_now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "awa_schedule"
+        ordering = ["name"]
+        indexes = [
+            # fire_schedule / read_due_schedules: the leader's "what is due" scan.
+            models.Index(
+                fields=["next_fire_at"],
+                condition=Q(paused=False, removed_from_code_at__isnull=True),
+                name="awa_schedule_due_idx",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="awa_schedule_name_not_empty"),
+            models.CheckConstraint(condition=~Q(kind=""), name="awa_schedule_kind_not_empty"),
+            models.CheckConstraint(condition=~Q(queue=""), name="awa_schedule_queue_not_empty"),
+            models.CheckConstraint(condition=Q(missed__in=MissedPolicy.values), name="awa_schedule_missed_valid"),
+            models.CheckConstraint(
+                condition=Q(catch_up_limit__gte=1, catch_up_limit__lte=CATCH_UP_LIMIT_MAX),
+                name="awa_schedule_catch_up_limit_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="awa_schedule_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=MAX_ATTEMPTS_MIN, max_attempts__lte=MAX_ATTEMPTS_MAX),
+                name="awa_schedule_max_attempts_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return not self.paused and self.removed_from_code_at is None

@@ -64,6 +64,23 @@ class JobHandler:
         return await Job.objects.aenqueue(self.kind, args, **self._options(options))
 
 
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule declared in code: synchronised into a ``Schedule`` row at worker start."""
+
+    name: str
+    kind: str
+    cron: str
+    timezone: str = "UTC"
+    args: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 2
+    max_attempts: int = 25
+    missed: str = "coalesce"
+    catch_up_limit: int = 100
+    paused: bool = False  # the state a new row starts in; operators pause/resume it afterwards
+
+
 Resolver = Callable[[str], JobHandler | None]
 """Given a kind that has no registered handler, return a handler for it, or None if not its kind."""
 
@@ -72,6 +89,7 @@ class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, JobHandler] = {}
         self._resolvers: dict[Resolver, set[str]] = {}  # resolver -> the queues its jobs use
+        self._schedules: dict[str, ScheduleSpec] = {}
 
     def register(self, handler: JobHandler) -> JobHandler:
         existing = self._handlers.get(handler.kind)
@@ -85,6 +103,25 @@ class Registry:
 
     def unregister(self, kind: str) -> None:
         self._handlers.pop(kind, None)
+        for name in [n for n, spec in self._schedules.items() if spec.kind == kind]:
+            del self._schedules[name]
+
+    def add_schedule(self, spec: ScheduleSpec) -> ScheduleSpec:
+        existing = self._schedules.get(spec.name)
+        if existing is not None and existing != spec:
+            raise RegistryError(
+                f"schedule {spec.name!r} is already declared (kind {existing.kind!r}, cron {existing.cron!r}); "
+                "give each schedule its own name"
+            )
+        self._schedules[spec.name] = spec
+        return spec
+
+    def remove_schedule(self, name: str) -> None:
+        self._schedules.pop(name, None)
+
+    def schedules(self) -> list[ScheduleSpec]:
+        """Every schedule declared in code, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     def add_resolver(self, resolver: Resolver, *, queues: Iterable[str] = ()) -> None:
         """Consult ``resolver`` for kinds with no registered handler (adding it again only adds queues).
@@ -155,18 +192,45 @@ def job(
     max_attempts: int = 25,
     priority: int = 2,
     takes_context: bool = False,
+    cron: str | None = None,
+    timezone: str = "UTC",
+    args: dict[str, Any] | None = None,
+    missed: str = "coalesce",
+    catch_up_limit: int = 100,
+    paused: bool = False,
 ) -> Callable[[Callable[..., Any]], JobHandler]:
     """Register a handler for ``kind``. ``async def`` runs on the worker's loop, ``def`` in a thread.
 
     The handler receives the job's args as keyword arguments; with ``takes_context=True`` it also
     receives a ``JobContext`` as its first positional argument.
+
+    With ``cron``, the kind is also a periodic job: a schedule named ``kind`` fires it with
+    ``args`` at each slot of ``cron`` in ``timezone`` (see ``schedule`` for the other options, and
+    for several schedules of one kind).
     """
     from awa_django.managers import build_row
 
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
+    spec = None
+    if cron is not None:
+        spec = _schedule_spec(
+            kind,
+            kind,
+            cron,
+            timezone=timezone,
+            args=args,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            missed=missed,
+            catch_up_limit=catch_up_limit,
+            paused=paused,
+        )
+    elif args is not None:
+        raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
-        return registry.register(
+        handler = registry.register(
             JobHandler(
                 kind,
                 func,
@@ -176,5 +240,93 @@ def job(
                 takes_context=takes_context,
             )
         )
+        if spec is not None:
+            registry.add_schedule(spec)
+        return handler
 
     return decorator
+
+
+def _schedule_spec(
+    name: str,
+    kind: str,
+    cron: str,
+    *,
+    timezone: str,
+    args: dict[str, Any] | None,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    missed: str,
+    catch_up_limit: int,
+    paused: bool,
+) -> ScheduleSpec:
+    from awa_django.cron import check_policy, parse
+    from awa_django.exceptions import InvalidJobError, InvalidScheduleError
+    from awa_django.managers import build_row
+
+    try:
+        row = build_row(kind, args, queue=queue, max_attempts=max_attempts, priority=priority)
+        build_row(name)  # a schedule's name follows the rules of a kind (non-empty, 255 characters)
+    except InvalidJobError as exc:
+        where = name if isinstance(name, str) else None
+        raise InvalidScheduleError(None, None, str(exc), name=where, field=exc.field) from None
+    spec = parse(cron, timezone, name=name)
+    check_policy(missed, catch_up_limit, name=name)
+    if not isinstance(paused, bool):
+        raise InvalidScheduleError(None, None, f"paused={paused!r} must be True or False", name=name, field="paused")
+    return ScheduleSpec(
+        name,
+        kind,
+        spec.expression,
+        spec.timezone,
+        row.args,
+        queue,
+        priority,
+        max_attempts,
+        missed,
+        catch_up_limit,
+        paused,
+    )
+
+
+def schedule(
+    name: str,
+    kind: str | JobHandler,
+    cron: str,
+    *,
+    timezone: str = "UTC",
+    args: dict[str, Any] | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    missed: str = "coalesce",
+    catch_up_limit: int = 100,
+    paused: bool = False,
+    registry: Registry = registry,
+) -> ScheduleSpec:
+    """Declare a periodic job: the schedule ``name`` fires ``kind`` with ``args`` at each slot of
+    ``cron`` (5 fields, or 6 with seconds first) in ``timezone`` (an IANA name).
+
+    ``missed`` is what happens to slots that passed while no worker led: ``"coalesce"`` fires one
+    job for the latest of them, ``"catch_up"`` fires each, the latest ``catch_up_limit`` at most.
+    ``paused`` is the state the schedule's row starts in. Queue, priority and max_attempts default
+    to the kind's ``@job`` options. Raises InvalidScheduleError naming the bad value.
+    """
+    handler = kind if isinstance(kind, JobHandler) else registry._handlers.get(kind)
+    kind_name = kind.kind if isinstance(kind, JobHandler) else kind
+    return registry.add_schedule(
+        _schedule_spec(
+            name,
+            kind_name,
+            cron,
+            timezone=timezone,
+            args=args,
+            queue=queue if queue is not None else handler.queue if handler else "default",
+            priority=priority if priority is not None else handler.priority if handler else 2,
+            max_attempts=max_attempts if max_attempts is not None else handler.max_attempts if handler else 25,
+            missed=missed,
+            catch_up_limit=catch_up_limit,
+            paused=paused,
+        )
+    )

@@ -1,10 +1,12 @@
 """The maintenance leader: one worker at a time, elected with a Postgres advisory lock.
 
-The leader promotes due scheduled/retryable jobs, rescues running jobs whose heartbeat went stale
-or whose deadline passed, ages the priority of long-waiting jobs, deletes finished jobs past their
-retention in batches, and removes stale worker snapshots. Leadership is a session-level advisory
-lock held on a dedicated connection: if the leader dies or loses its connection, Postgres drops
-the lock and another worker takes over on its next round.
+The leader fires due periodic-job slots (``scheduler``), promotes due scheduled/retryable jobs,
+rescues running jobs whose heartbeat went stale or whose deadline passed, ages the priority of
+long-waiting jobs, deletes finished jobs past their retention in batches, and removes stale
+worker snapshots. Leadership is a session-level advisory lock held on a dedicated connection: if
+the leader dies or loses its connection, Postgres drops the lock and another worker takes over on
+its next round. Between rounds it sleeps the maintenance interval, or less when a schedule is
+due sooner.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import psycopg
 from awa_django.sql import statements
 from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
+from awa_django.worker.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from awa_django.worker.runtime import Worker
@@ -32,6 +35,7 @@ logger = logging.getLogger(__name__)
 LEADER_LOCK = (0x61776121, 0x6C656164)
 BATCH = 1000
 RETENTION_EVERY = 60.0  # seconds between retention sweeps
+MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule is due at once
 
 
 class Maintenance:
@@ -42,6 +46,8 @@ class Maintenance:
         self._last_retention = -math.inf  # the first round sweeps
         self.rounds = 0
         self.cluster = ClusterLeader(worker)
+        self.scheduler = Scheduler()
+        self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -74,17 +80,31 @@ class Maintenance:
                         # try again next round; the worker's jobs keep running meanwhile.
                         logger.error("maintenance round failed: %r", exc, exc_info=exc)
                 backoff.reset()
-                await worker._sleep(worker.config.maintenance_interval)
+                await worker._sleep(self._round_delay())
             except TRANSIENT_ERRORS as exc:
                 if self.is_leader:
                     logger.warning("maintenance leader lost its connection: %r", exc)
                 await self.close()
                 await worker._sleep(backoff.next())
 
+    def _round_delay(self) -> float:
+        """The maintenance interval, shortened to when the next schedule slot is due (so a
+        per-second schedule fires on time) but never below MIN_SLEEP."""
+        interval = self.worker.config.maintenance_interval
+        if not self.is_leader or self._next_fire is None:
+            return interval
+        return max(MIN_SLEEP, min(interval, self._next_fire - time.monotonic()))
+
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         """One round of the leader's duties; returns counts of what it did."""
         worker = self.worker
-        done = {"promoted": 0, "rescued": 0, "aged": 0, "deleted": 0}
+        done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0, "deleted": 0}
+        # Schedules first: their jobs are due now, and a round's other duties can take a while.
+        self._next_fire = None
+        done["fired"] = await self.scheduler.fire_due(conn)
+        due_in = await self.scheduler.seconds_until_due(conn)
+        if due_in is not None:
+            self._next_fire = time.monotonic() + due_in
         while True:
             cursor = await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
             promoted = sum(row[1] for row in await cursor.fetchall())

@@ -1,9 +1,10 @@
 """Demo job kinds, registered under the exact names ``noop``, ``sleep``, ``fail``, ``record`` and
-``send_welcome``."""
+``send_welcome``, and one periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 
@@ -13,6 +14,8 @@ from django.utils import timezone
 
 from awa_django import JobContext, job
 from testproject.demo.models import Execution
+
+logger = logging.getLogger(__name__)
 
 
 @job("noop")
@@ -56,3 +59,23 @@ async def send_welcome(user_id: int) -> str:
     user = await get_user_model().objects.aget(pk=user_id)
     await sync_to_async(send_mail)("Welcome", f"Hello {user.email}!", "noreply@example.com", [user.email])
     return str(user.email)
+
+# A periodic job: every 10 seconds (six fields: seconds first). Declared paused, so the workers
+# the test suite starts never fire it; `manage.py demo` resumes it, and the admin can too.
+@job(
+    "demo_tick",
+    cron="*/10 * * * * *",
+    timezone="Europe/Paris",
+    args={"greeting": "tick"},
+    paused=True,
+    takes_context=True,
+)
+async def demo_tick(context: JobContext, greeting: str) -> None:
+    """Logs the slot it was fired for (the job's metadata carries the schedule and the slot)."""
+    logger.warning(
+        "%s schedule=%s fire_at=%s job=%s",
+        greeting,
+        context.metadata.get("schedule"),
+        context.metadata.get("fire_at"),
+        context.job_id,
+    )

@@ -103,6 +103,17 @@ class Command(BaseCommand):
         Queue.objects.bulk_create(
             [Queue(name=name) for name in config.queues if name not in known], ignore_conflicts=True
         )
+        # Periodic jobs declared in code become Schedule rows (the maintenance leader fires them).
+        from awa_django.services import sync_schedules
+
+        synced = sync_schedules()
+        if synced.created or synced.updated or synced.removed:
+            logging.getLogger("awa_django").info(
+                "schedules synchronised from code created=%s updated=%s disabled=%s",
+                synced.created,
+                synced.updated,
+                synced.removed,
+            )
         worker = Worker(config)
         try:
             asyncio.run(worker.run())

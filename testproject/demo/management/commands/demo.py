@@ -1,4 +1,5 @@
-"""``manage.py demo``: migrate, enqueue a mix of demo jobs, and run the worker on them."""
+"""``manage.py demo``: migrate, enqueue a mix of demo jobs, resume the demo schedule, and run the
+worker on them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from awa_django.models import Job
+from awa_django.services import resume_schedules, sync_schedules
 
 
 class Command(BaseCommand):
-    help = "Migrate, enqueue demo jobs (noop, sleep, fail, scheduled) and run awa_worker until Ctrl-C."
+    help = (
+        "Migrate, enqueue demo jobs (noop, sleep, fail, scheduled), resume the demo_tick schedule "
+        "and run awa_worker until Ctrl-C."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--jobs", type=int, default=1000, help="how many noop jobs to enqueue")
@@ -31,6 +36,9 @@ class Command(BaseCommand):
             f"enqueued {options['jobs']} noop, 10 sleep, fail #{failing.pk} (3 attempts), "
             f"and noop #{later.pk} scheduled 5 s ahead"
         )
+        sync_schedules()  # awa_worker does this too; here so that the schedule can be resumed first
+        resume_schedules(["demo_tick"])
+        self.stdout.write("schedule demo_tick fires every 10 s (see its jobs in the Schedule admin)")
         if not options["no_worker"]:
             self.stdout.write("starting the worker; press Ctrl-C to stop it")
             call_command("awa_worker", verbosity=options["verbosity"])

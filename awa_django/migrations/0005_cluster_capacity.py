@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('awa', '0003_job_result'),
+        ('awa', '0004_schedule'),
     ]
 
     operations = [

@@ -1,0 +1,187 @@
+"""The Schedule admin: periodic jobs, their next fire times, the jobs they fired.
+
+Operators create and edit schedules (the cron expression and time zone validated with the
+message of ``awa_django.cron.parse``), pause, resume and run them now. Schedules declared in
+code show their code-owned fields read-only: the next worker start would overwrite an edit.
+Every write goes through ``awa_django.services`` (save_schedule, pause_schedules,
+resume_schedules, run_schedules_now), so it never overwrites a fire the leader committed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from awa_django import services
+from awa_django.cron import parse
+from awa_django.exceptions import InvalidScheduleError
+from awa_django.models import Job, Schedule, ScheduleSource
+from awa_django.registry import registry
+
+if TYPE_CHECKING:
+    _ScheduleAdminBase = admin.ModelAdmin[Schedule]
+else:  # ModelAdmin is generic for the type checker only
+    _ScheduleAdminBase = admin.ModelAdmin
+
+NEXT_FIRES_SHOWN = 5
+
+
+class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Schedule
+        fields = (
+            "name",
+            "kind",
+            "cron",
+            "timezone",
+            "args",
+            "queue",
+            "priority",
+            "max_attempts",
+            "missed",
+            "catch_up_limit",
+            "paused",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        name = data.get("name") or (self.instance.name if self.instance.pk else None)
+        cron, tz = data.get("cron"), data.get("timezone")
+        if cron is not None and tz is not None:
+            try:
+                spec = parse(cron, tz, name=name)
+            except InvalidScheduleError as exc:
+                self.add_error(exc.field, f"{exc}")
+            else:
+                data["cron"] = spec.expression
+        kind = data.get("kind")
+        if kind and "kind" in self.changed_data and registry.get(kind) is None:
+            known = ", ".join(sorted(h.kind for h in registry)) or "none"
+            self.add_error(
+                "kind", f"no @job handler registers kind {kind!r}, so its jobs would fail; known kinds: {known}"
+            )
+        args = data.get("args")
+        if "args" in data and not isinstance(args, dict):
+            self.add_error("args", f"args must be a JSON object ({{...}}), not {type(args).__name__}: {args!r}")
+        return data
+
+
+def _local(moment: datetime | None, tz: str) -> str:
+    if moment is None:
+        return "—"
+    try:
+        zone = ZoneInfo(tz)
+    except (ValueError, KeyError):
+        zone = ZoneInfo("UTC")
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(_ScheduleAdminBase):
+    form = ScheduleForm
+    list_display = ("name", "kind", "cron", "timezone", "status", "next_fire", "last_fire", "last_job", "jobs")
+    list_filter = ("paused", "source", "missed")
+    search_fields = ("name", "kind")
+    actions = ("pause_selected", "resume_selected", "run_selected_now")
+    readonly_fields = (
+        "status",
+        "source",
+        "next_fires",
+        "last_fire",
+        "last_job",
+        "jobs",
+        "removed_from_code_at",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> tuple[str, ...]:
+        fields = tuple(self.readonly_fields)
+        if obj is not None and obj.source == ScheduleSource.CODE:
+            # Code owns these: the next worker start would put the declared values back.
+            fields = (*services.SCHEDULE_CODE_FIELDS, "name", *fields)
+        elif obj is not None:
+            fields = ("name", *fields)  # the jobs it fired carry the name
+        return fields
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        services.save_schedule(obj, form.changed_data if change else None)
+
+    # --- columns and detail fields ---
+
+    @admin.display(description="status")
+    def status(self, obj: Schedule) -> str:
+        if obj.removed_from_code_at is not None:
+            return (
+                f"disabled: removed from code on {obj.removed_from_code_at:%Y-%m-%d %H:%M} UTC "
+                "(declare it again to re-enable it, or delete it)"
+            )
+        return "paused" if obj.paused else "active"
+
+    @admin.display(description="next fire", ordering="next_fire_at")
+    def next_fire(self, obj: Schedule) -> str:
+        return _local(obj.next_fire_at, obj.timezone) if obj.is_active else "—"
+
+    @admin.display(description="next fire times")
+    def next_fires(self, obj: Schedule) -> SafeString | str:
+        if obj.pk is None:
+            return "—"
+        try:
+            times = services.next_fire_after(obj, count=NEXT_FIRES_SHOWN)
+        except InvalidScheduleError as exc:
+            return f"{exc}"
+        items = ((_local(t, obj.timezone), t.strftime("%Y-%m-%d %H:%M:%S UTC")) for t in times)
+        note = "" if obj.is_active else " (not firing while paused or disabled)"
+        return format_html("<ol>{}</ol>{}", format_html_join("", "<li>{} ({})</li>", items), note)
+
+    @admin.display(description="last fire", ordering="last_fire_at")
+    def last_fire(self, obj: Schedule) -> str:
+        return _local(obj.last_fire_at, obj.timezone)
+
+    @admin.display(description="last job")
+    def last_job(self, obj: Schedule) -> SafeString | str:
+        if obj.last_job_id is None:
+            return "—"
+        if not Job.objects.filter(pk=obj.last_job_id).exists():
+            return f"#{obj.last_job_id} (deleted)"
+        url = reverse("admin:awa_job_change", args=[obj.last_job_id], current_app=self.admin_site.name)
+        return format_html('<a href="{}">#{}</a>', url, obj.last_job_id)
+
+    @admin.display(description="jobs")
+    def jobs(self, obj: Schedule) -> SafeString | str:
+        if obj.pk is None:
+            return "—"
+        url = reverse("admin:awa_job_changelist", current_app=self.admin_site.name)
+        query = urlencode({"kind": obj.kind, "metadata__schedule": obj.name})
+        return format_html('<a href="{}?{}">its jobs</a>', url, query)
+
+    # --- actions ---
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = services.pause_schedules(names)
+        self.message_user(request, f"Paused {done} of {len(names)} selected schedule(s).", messages.SUCCESS)
+
+    @admin.action(description="Resume selected schedules (from the next slot)", permissions=["change"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = services.resume_schedules(names)
+        self.message_user(request, f"Resumed {done} of {len(names)} selected schedule(s).", messages.SUCCESS)
+
+    @admin.action(description="Run selected schedules now (the schedule does not move)", permissions=["change"])
+    def run_selected_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        jobs = services.run_schedules_now(names)
+        ids = ", ".join(f"#{job.pk}" for job in jobs)
+        self.message_user(request, f"Enqueued {len(jobs)} job(s) now: {ids}.", messages.SUCCESS)

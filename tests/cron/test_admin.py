@@ -1,0 +1,142 @@
+"""The Schedule admin: a bad cron expression or zone is refused with a message naming it;
+create, pause, resume and run now go through the services; code-owned fields are read-only."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.checks import Error, Warning
+from django.test import Client
+from django.urls import reverse
+
+from awa_django.checks import check_schedules
+from awa_django.models import Job, Schedule, ScheduleSource
+from awa_django.services import next_fire_after, save_schedule
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client(db: None) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password=None))
+    return client
+
+
+def form_data(**overrides: Any) -> dict[str, Any]:
+    data = {
+        "name": "nightly",
+        "kind": "noop",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Paris",
+        "args": "{}",
+        "queue": "default",
+        "priority": 2,
+        "max_attempts": 25,
+        "missed": "coalesce",
+        "catch_up_limit": 100,
+    }
+    data.update(overrides)
+    return data
+
+
+def errors_of(response: Any) -> dict[str, list[str]]:
+    return {k: [str(e) for e in v] for k, v in response.context["adminform"].form.errors.items()}
+
+
+def test_add__creates_the_schedule_with_its_next_fire(client: Client) -> None:
+    response = client.post(reverse("admin:awa_schedule_add"), form_data())
+    assert response.status_code == 302, errors_of(response)
+    row = Schedule.objects.get(name="nightly")
+    assert row.source == ScheduleSource.ADMIN
+    assert row.next_fire_at is not None and row.next_fire_at > datetime.now(timezone.utc)
+    assert row.next_fire_at.astimezone(row.next_fire_at.tzinfo).minute == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("cron", "0 3 * *", "schedule 'nightly': cron '0 3 * *' (Europe/Paris): has 4 fields"),
+        ("cron", "0 24 * * *", "cron '0 24 * * *' (Europe/Paris): is not a valid cron expression"),
+        ("timezone", "Paris", "'Paris' is not a known IANA time zone"),
+        ("kind", "no_such_kind", "no @job handler registers kind 'no_such_kind'"),
+        ("args", "[1, 2]", "args must be a JSON object"),
+    ],
+)
+def test_add__bad_values_are_refused_naming_them(client: Client, field: str, value: str, words: str) -> None:
+    response = client.post(reverse("admin:awa_schedule_add"), form_data(**{field: value}))
+    assert response.status_code == 200
+    assert any(words in message for message in errors_of(response).get(field, [])), errors_of(response)
+    assert not Schedule.objects.exists()
+
+
+def test_change_list_and_detail__show_next_fires_and_links(client: Client) -> None:
+    row = save_schedule(Schedule(name="nightly", kind="noop", cron="0 3 * * *", timezone="Europe/Paris"))
+    job = Job.objects.enqueue("noop", metadata={"schedule": "nightly"})
+    Schedule.objects.filter(pk=row.pk).update(last_job_id=job.pk)
+    listing = client.get(reverse("admin:awa_schedule_changelist"))
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert "03:00:00 CE" in page  # next fire shown in the schedule's zone
+    detail = client.get(reverse("admin:awa_schedule_change", args=[row.pk])).content.decode()
+    assert "Next fire times" in detail
+    for moment in next_fire_after(row, count=5):
+        assert moment.astimezone(ZoneInfo("Europe/Paris")).strftime("%Y-%m-%d %H:%M:%S %Z") in detail
+    assert reverse("admin:awa_job_change", args=[job.pk]) in detail
+    jobs_link = reverse("admin:awa_job_changelist") + "?kind=noop&amp;metadata__schedule=nightly"
+    assert jobs_link in detail
+    jobs_page = client.get(reverse("admin:awa_job_changelist") + "?kind=noop&metadata__schedule=nightly")
+    assert jobs_page.status_code == 200
+    assert list(jobs_page.context["cl"].result_list) == [job]
+
+
+def test_change__retiming_moves_next_fire_but_never_rewinds_the_leaders_fire(client: Client) -> None:
+    row = save_schedule(Schedule(name="nightly", kind="noop", cron="0 3 * * *"))
+    form = client.get(reverse("admin:awa_schedule_change", args=[row.pk]))
+    assert form.status_code == 200
+    fired_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    Schedule.objects.filter(pk=row.pk).update(last_fire_at=fired_at, last_job_id=42)  # the leader, meanwhile
+    response = client.post(
+        reverse("admin:awa_schedule_change", args=[row.pk]), form_data(cron="0 5 * * *", timezone="UTC")
+    )
+    assert response.status_code == 302, errors_of(response)
+    row.refresh_from_db()
+    assert (row.cron, row.last_fire_at, row.last_job_id) == ("0 5 * * *", fired_at, 42)
+    assert row.next_fire_at is not None and row.next_fire_at.hour == 5
+
+
+def test_change__a_code_schedule_shows_code_owned_fields_read_only(client: Client) -> None:
+    row = save_schedule(Schedule(name="from_code", kind="noop", cron="0 3 * * *", source=ScheduleSource.CODE))
+    response = client.get(reverse("admin:awa_schedule_change", args=[row.pk]))
+    fields = response.context["adminform"].form.fields
+    assert "cron" not in fields and "args" not in fields and "paused" in fields
+
+
+def test_actions__pause_resume_run_now(client: Client) -> None:
+    row = save_schedule(Schedule(name="nightly", kind="noop", cron="0 3 * * *"))
+    url = reverse("admin:awa_schedule_changelist")
+    client.post(url, {"action": "pause_selected", "_selected_action": [row.pk]})
+    assert Schedule.objects.get(pk=row.pk).paused
+    client.post(url, {"action": "run_selected_now", "_selected_action": [row.pk]})
+    (job,) = Job.objects.all()
+    assert job.metadata["schedule"] == "nightly" and job.metadata["run_now"] is True
+    assert Schedule.objects.get(pk=row.pk).next_fire_at == row.next_fire_at  # did not move
+    client.post(url, {"action": "resume_selected", "_selected_action": [row.pk]})
+    assert not Schedule.objects.get(pk=row.pk).paused
+
+
+def test_check_schedules__bad_rows_are_e008_unknown_kinds_w002() -> None:
+    Schedule.objects.create(name="broken", kind="noop", cron="0 25 * * *")
+    Schedule.objects.create(name="orphan", kind="gone_kind", cron="0 3 * * *")
+    Schedule.objects.create(name="orphan_paused", kind="gone_kind", cron="0 3 * * *", paused=True)
+    messages = check_schedules(databases=["default"])
+    assert check_schedules() == []  # run only when asked to read the database (check --database)
+    assert [(type(m), m.id, m.obj) for m in messages] == [
+        (Error, "awa.E009", "broken"),
+        (Warning, "awa.W002", "orphan"),
+    ]
+    assert "cron '0 25 * * *'" in messages[0].msg and "Schedule admin" in (messages[0].hint or "")
