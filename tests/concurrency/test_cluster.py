@@ -1,0 +1,127 @@
+"""The cluster planner: reduce before grant keeps the committed sum under the maximum while caps
+move between workers that apply them late, and the cluster's long-run split follows the weights.
+
+A model of the protocol: each round the leader plans from the workers' last reports and
+publishes; each worker, at random, applies what is published (or not yet), starts jobs up to
+the cap it applies, and finishes some. Asserted at every step: the jobs running over all
+workers never exceed the global maximum (hard-reserved: each queue's max_workers), and the
+capacity committed by the plan never does either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from awa_django.concurrency import QueueLimits
+from awa_django.concurrency.cluster import ClusterPlanner, QueueUse, WorkerView
+
+
+@dataclass
+class _Worker:
+    name: str
+    queues: list[str]
+    held: dict[str, int] = field(default_factory=dict)
+    applied: dict[str, int] = field(default_factory=dict)
+    published: dict[str, int] = field(default_factory=dict)
+    loaded: dict[str, bool] = field(default_factory=dict)
+
+    def view(self) -> WorkerView:
+        use = {}
+        for q in self.queues:
+            held = self.held.get(q, 0)
+            wants = 100 if self.loaded.get(q) else 0
+            use[q] = QueueUse(held, wants)
+        return WorkerView(self.name, use, dict(self.applied), dict(self.published))
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[int | None, dict[str, QueueLimits], list[_Worker]]:
+    names = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    weighted = draw(st.booleans())
+    limits = {
+        q: QueueLimits(
+            max_workers=draw(st.integers(1, 8)),
+            min_workers=draw(st.integers(0, 2)) if weighted else 0,
+            weight=draw(st.integers(1, 5)),
+        )
+        for q in names
+    }
+    global_max = sum(lim.min_workers for lim in limits.values()) + draw(st.integers(0, 10)) if weighted else None
+    workers = []
+    for i in range(draw(st.integers(1, 4))):
+        served = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+        workers.append(_Worker(f"w{i}", served, loaded={q: draw(st.booleans()) for q in served}))
+    return global_max, limits, workers
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster=clusters(), data=st.data())
+def test_plan__committed_and_running_never_exceed_the_maximum_while_caps_move(
+    cluster: tuple[int | None, dict[str, QueueLimits], list[_Worker]], data: st.DataObject
+) -> None:
+    global_max, limits, workers = cluster
+    planner = ClusterPlanner()
+    for round_ in range(30):
+        views = [w.view() for w in workers]
+        plan = planner.plan(global_max, limits, views, now=float(round_))
+        if global_max is not None:
+            base = sum(v.committed(q) for v in views for q in set(v.use) | set(v.applied) | set(v.published))
+            assert plan.committed(views) <= max(global_max, base)
+        for w in workers:
+            w.published = dict(plan.caps[w.name])
+            assert all(plan.floors[w.name].get(q, 0) <= c for q, c in plan.caps[w.name].items())
+        for w in workers:
+            if data.draw(st.booleans(), label=f"{w.name} applies round {round_}"):
+                w.applied = dict(w.published)
+            for q in w.queues:
+                cap = w.applied.get(q, 0)
+                held = w.held.get(q, 0)
+                if w.loaded.get(q) and held < cap:
+                    held = cap  # starts jobs up to its cap
+                held -= data.draw(st.integers(0, held), label="finished")
+                w.held[q] = held
+            if data.draw(st.integers(0, 9)) == 0:  # load comes and goes
+                q = data.draw(st.sampled_from(w.queues))
+                w.loaded[q] = not w.loaded.get(q)
+        running = sum(sum(w.held.values()) for w in workers)
+        if global_max is not None:
+            assert running <= global_max
+        else:
+            for q, lim in limits.items():
+                assert sum(w.held.get(q, 0) for w in workers) <= lim.max_workers
+
+
+def test_plan__steady_split_follows_the_weights_across_workers() -> None:
+    """Global 12, A (min 2, weight 3) on three workers, B (min 2, weight 1) on two: 8 : 4."""
+    limits = {"A": QueueLimits(min_workers=2, weight=3), "B": QueueLimits(min_workers=2, weight=1)}
+    workers = [
+        _Worker("w1", ["A", "B"], loaded={"A": True, "B": True}),
+        _Worker("w2", ["A", "B"], loaded={"A": True, "B": True}),
+        _Worker("w3", ["A"], loaded={"A": True}),
+    ]
+    planner = ClusterPlanner()
+    totals = {"A": 0, "B": 0}
+    for round_ in range(60):
+        plan = planner.plan(12, limits, [w.view() for w in workers], now=round_ * 0.5)
+        for w in workers:
+            w.published = w.applied = dict(plan.caps[w.name])
+            for q in w.queues:
+                w.held[q] = w.applied.get(q, 0)  # always loaded: runs its cap
+        if round_ >= 10:
+            for q in totals:
+                totals[q] += sum(w.held.get(q, 0) for w in workers)
+    rounds = 50
+    assert (totals["A"] / rounds, totals["B"] / rounds) == (8, 4)
+    # The new worker's part: w3 serves only A and gets a share of it.
+    assert workers[2].held["A"] > 0
+
+
+def test_plan__rate_limit_is_split_across_the_workers_serving_the_queue() -> None:
+    limits = {"R": QueueLimits(rate_limit=6.0)}
+    workers = [_Worker(f"w{i}", ["R"], loaded={"R": True}) for i in range(3)]
+    plan = ClusterPlanner().plan(None, limits, [w.view() for w in workers], now=0.0)
+    rates = [plan.rates[w.name]["R"] for w in workers]
+    assert abs(sum(rates) - 6.0) < 1e-9
