@@ -655,5 +655,6 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-# The Schedule admin (periodic jobs) lives in its own module; importing it registers it.
-from awa_django import admin_schedules  # noqa: E402, F401
+# The Schedule admin (periodic jobs) and the cluster view (capacity scope "cluster") live in their
+# own modules; importing them registers them.
+from awa_django import admin_cluster, admin_schedules  # noqa: E402, F401

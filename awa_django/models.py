@@ -254,6 +254,7 @@ class WorkerCapacity(models.Model):
     def __str__(self) -> str:
         return f"capacity of {self.instance_id}"
 
+
 _now = timezone.now  # the Schedule model has a field named timezone
 
 
