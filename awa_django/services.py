@@ -693,3 +693,21 @@ def run_schedules_now(names: Iterable[str]) -> list[Job]:
                 )
             )
     return jobs
+
+
+def cluster_capacity() -> dict[str, Any]:
+    """Capacity scope "cluster" at a glance: how many workers take part, the Cluster settings row's
+    global maximum, the workers' own settings, and the value the leader applies (the smallest of
+    them, so workers that disagree never together exceed any). Reads only; no locks."""
+    from awa_django.models import ClusterSettings, WorkerCapacity
+
+    row = ClusterSettings.objects.filter(pk=1).values_list("global_max_workers", flat=True).first()
+    own = sorted({v for v in WorkerCapacity.objects.values_list("global_max_workers", flat=True) if v is not None})
+    values = set(own) | ({row} if row is not None else set())
+    return {
+        "workers": WorkerCapacity.objects.count(),
+        "setting": row,
+        "worker_settings": own,
+        "in_force": min(values) if values else None,
+        "disagree": len(values) > 1,
+    }

@@ -16,19 +16,24 @@ share is the whole pool (work-conserving); shares sum to `min(total, sum of caps
 the rate `share - held` (slot-seconds, on the clock passed in): a queue below its share
 gains, one above it pays. Every queue's integer *target* is `floor(share)` (or its cap,
 when capped); the `R` slots left over (`R` < number of contenders) go, one each, to the
-uncapped contenders with the most credit (then the one furthest below its share, then the
-one granted longest ago). A queue that starts contending joins level with the average
-contender's credit: a queue that left (it ran dry, or out of rate tokens) leaves its credit
-or debt behind ("use it or lose it"). A queue is
-granted up to `target - held`, never more than is free, and `sum(targets) <= total`. Since
-a queue holding a remainder slot pays for it and one without it earns, the remainder
-rotates, and every contender's average held count approaches its fractional share: the
-credit of each stays bounded by its longest job's run time.
+uncapped contenders with the most credit per unit of weight (then the one furthest below its
+share, then the one granted longest ago). Per unit of weight, so that what a contender leaves
+unused (it waits for a slot, or for rate tokens) is taken up by the others in proportion to
+their weights, not by whoever happens to claim it. A queue is granted up to `target - held`,
+never more than is free, and `sum(targets) <= total`. Since a queue holding a remainder slot
+pays for it and one without it earns, the remainder rotates, and every contender's average
+held count approaches its fractional share: the credit of each stays bounded by its longest
+job's run time.
+
+A queue that starts contending joins level, per unit of weight, with the average contender,
+less any debt it left with: a queue that stops contending (it ran dry, or out of rate tokens)
+loses what it was owed ("use it or lose it") but still owes what it took beyond its share, so
+a queue that contends in bursts cannot take more than its share by leaving between them.
 
 Nothing is taken back: a queue above its target (the targets moved while it held) keeps
 its permits until it releases them, and gets nothing new until it is below its target.
-A queue that stops contending forgets its credit. After a `reconfigure` that shrinks the
-total below what is held, nothing is granted until the sum is back under it.
+After a `reconfigure` that shrinks the total below what is held, nothing is granted until
+the sum is back under it.
 
 Cost: a decision is O(c) in the number of contenders c (O(c log c) when the set of
 contenders, a cap, a weight or the total changed since the last one); queues that do not
@@ -70,6 +75,7 @@ class _Entry:
     share: float = 0.0  # fractional share, valid while the pool's plan is clean
     floor: int = 0  # integer part of the share (the cap when capped)
     fractional: bool = False  # the share is not a whole number (exactly, not as a float)
+    debt: float = 0.0  # per unit of weight, below the others' average, kept while it does not contend
     capped: bool = False
 
     @property
@@ -179,7 +185,11 @@ class OverflowPool:
             (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
         ]
         owed = {key[-1]: key for key in self._ranked(now)}
-        below.sort(key=lambda pair: owed.get(pair[1], (-self._credit(pair[0], now), 0.0, pair[0].last_grant, pair[1])))
+        below.sort(
+            key=lambda pair: owed.get(
+                pair[1], (-self._credit(pair[0], now) / max(pair[0].weight, 1), 0.0, pair[0].last_grant, pair[1])
+            )
+        )
         return [q for _, q in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
@@ -293,21 +303,31 @@ class OverflowPool:
             self._plan()
 
     def _update_membership(self, queue: str, entry: _Entry) -> None:
-        """Keep `_contenders` in step with `entry.contending`; a newcomer starts with no credit."""
+        """Keep `_contenders` in step with `entry.contending`.
+
+        A queue that joins starts level, per unit of weight, with the average contender, less
+        any debt it left with: a queue that stops contending (it ran dry, or out of rate tokens)
+        loses what it was owed ("use it or lose it"), but what it took beyond its share is still
+        owed when it comes back, so a queue that contends in bursts cannot take more than its
+        share by leaving between them.
+        """
         if entry.contending:
             if queue not in self._contenders:
-                # A newcomer starts level with the average contender: what the others earned
-                # or owe among themselves is theirs, and a queue that left (it ran dry, or out
-                # of rate tokens) left its own credit or debt behind.
-                others = self._contenders.values()
-                entry.credit = sum(e.credit for e in others) / len(others) if others else 0.0
+                entry.credit = (self._level() + entry.debt) * entry.weight
+                entry.debt = 0.0
                 entry.stamp = self._now
                 self._contenders[queue] = entry
-        else:
-            self._contenders.pop(queue, None)
+        elif self._contenders.pop(queue, None) is not None:
+            if entry.weight > 0:
+                entry.debt = min(0.0, entry.credit / entry.weight - self._level())
             entry.credit = 0.0
-            if entry.weight == 0:
-                del self._entries[queue]
+        if not entry.contending and entry.weight == 0:
+            del self._entries[queue]
+
+    def _level(self) -> float:
+        """The contenders' average credit per unit of weight (0 when none contends)."""
+        others = [e for e in self._contenders.values() if e.weight > 0]
+        return sum(e.credit / e.weight for e in others) / len(others) if others else 0.0
 
     def _plan(self) -> None:
         """Recompute the fractional shares and their floors (weighted water-fill). Every credit
@@ -364,14 +384,16 @@ class OverflowPool:
         return self._targets(now)[queue]
 
     def _ranked(self, now: float) -> list[tuple[float, float, float, str]]:
-        """Sort keys of the contenders whose share has a fractional part: most owed first; on a
+        """Sort keys of the contenders whose share has a fractional part: most owed per unit of
+        weight first; on a
         tie the one furthest below its share now, then the one granted longest ago (so ties
         rotate instead of going to the first-configured queue)."""
         keys = []
         for queue, e in self._contenders.items():
             if e.fractional:
                 gap = e.share - e.held
-                keys.append((-(e.credit + gap * max(0.0, now - e.stamp)), -gap, e.last_grant, queue))
+                owed = (e.credit + gap * max(0.0, now - e.stamp)) / e.weight
+                keys.append((-owed, -gap, e.last_grant, queue))
         return keys
 
     def _credit(self, entry: _Entry, now: float) -> float:

@@ -117,3 +117,17 @@ def test_awa_health__a_real_running_worker_is_healthy_and_gone_after_it_stops() 
         assert code == 0, out
         assert "mode=hard_reserved" in out
     assert health()[0] == 1  # a stopped worker removes its snapshot
+
+
+@pytest.mark.django_db
+def test_awa_health__says_when_cluster_workers_disagree_on_the_global_maximum() -> None:
+    from awa_django.models import ClusterSettings, WorkerCapacity
+
+    worker_row()
+    ClusterSettings.objects.create(global_max_workers=12)
+    for own in (12, 8):
+        WorkerCapacity.objects.create(instance_id=uuid.uuid4(), global_max_workers=own, reported_at=timezone.now())
+    code, out, _ = health()
+    assert code == 0  # a disagreement is said, not a failure: the smallest value applies
+    assert "cluster scope: 2 worker(s), global maximum in force 8 (Cluster settings: 12)" in out
+    assert "workers disagree: their own settings are [8, 12]" in out

@@ -36,6 +36,10 @@ class Result:
     max_in_flight: int
     max_wait_releases: dict[str, int]  # most releases a queue with backlog saw before being served
     first_start: dict[str, float | None]
+    shared: dict[str, float]  # the allocator's fractional share of the pool, integrated after the warm-up
+
+    def average_share(self, queue: str) -> float:
+        return self.shared[queue] / self.span
 
     def average(self, queue: str) -> float:
         return self.busy[queue] / self.span
@@ -66,6 +70,16 @@ def simulate(global_max: int, specs: list[QueueSpec], *, until: float, warmup: f
     max_wait = dict.fromkeys(queues, 0)
     releases = 0
     max_in_flight = 0
+    shared = dict.fromkeys(queues, 0.0)
+    last = 0.0
+
+    def integrate(until_t: float) -> None:
+        nonlocal last
+        start_t, end_t = max(last, warmup), min(until_t, until)
+        if end_t > start_t:
+            for name in queues:
+                shared[name] += alloc.share(name) * (end_t - start_t)
+        last = max(last, until_t)
 
     def push(at: float, kind: str, queue: str, permit: Permit | None = None) -> None:
         heapq.heappush(events, (at, next(seq), kind, queue, permit))
@@ -144,18 +158,21 @@ def simulate(global_max: int, specs: list[QueueSpec], *, until: float, warmup: f
         if at > until:
             break
         while backstop <= at:  # the worker's backlog probe wakes every dispatcher with backlog
+            integrate(backstop)
             now = backstop
             for q in queues.values():
                 if has_backlog(q):
                     poll(q)
             backstop += 1.0
+        integrate(at)
         now = at
         if kind == "finish":
             assert permit is not None
             finish(queues[name], permit)
         else:
             poll(queues[name])
-    return Result(busy, until - warmup, max_in_flight, max_wait, first_start)
+    integrate(until)
+    return Result(busy, until - warmup, max_in_flight, max_wait, first_start, shared)
 
 
 def ideal_shares(global_max: int, specs: list[QueueSpec], used: dict[str, float] | None = None) -> dict[str, Fraction]:

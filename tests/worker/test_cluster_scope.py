@@ -70,14 +70,31 @@ def test_cluster__three_workers_share_one_global_maximum_split_by_weight(spawn: 
     assert mean_a + mean_b >= 10
 
 
+def _leader_index(workers: list) -> int | None:
+    from awa_django.models import WorkerInstance
+
+    for i, worker in enumerate(workers):
+        instance = WorkerInstance.objects.filter(pid=worker.process.pid).first()
+        if instance is not None and instance.flags.get("leader"):
+            return i
+    return None
+
+
 @pytest.mark.slow
-def test_cluster__a_killed_worker_s_part_returns_to_the_others(spawn: Spawner) -> None:
+@pytest.mark.parametrize("victim", ["leader", "member"])
+def test_cluster__a_killed_worker_s_part_returns_to_the_others(spawn: Spawner, victim: str) -> None:
     workers = _cluster(spawn)
+    found = wait_until(
+        lambda: [_leader_index(workers)] if _leader_index(workers) is not None else None, 30, 0.05, "a leader"
+    )
+    leader = found[0]
+    index = leader if victim == "leader" else (leader + 1) % len(workers)
     with Sampler(["A", "B"]) as sampler:
         _sleep_jobs("A", 1500)
         _sleep_jobs("B", 700)
         sampler.wait_for(lambda s: s.total >= 10, 30, "the cluster to run near its maximum")
-        workers[0].signal(signal.SIGKILL)
+        victim_worker = workers.pop(index)
+        victim_worker.signal(signal.SIGKILL)
         killed = time.monotonic()
         # Its jobs are rescued and its caps freed after the staleness (3 s); then the two others
         # run the full 12 again.
@@ -89,7 +106,7 @@ def test_cluster__a_killed_worker_s_part_returns_to_the_others(spawn: Spawner) -
     print(f"[cluster] after SIGKILL the others ran {GLOBAL} again {full.t - killed:.2f}s later")
     assert max(s.total for s in samples) <= GLOBAL
     assert full.t - killed <= 3.0 + 2.0 + 1.0  # staleness + 2 s, and one report/plan round
-    for worker in workers[1:]:
+    for worker in workers:
         worker.assert_alive()
 
 
@@ -129,3 +146,29 @@ def first_key(worker: object) -> object:
 
     instance = WorkerInstance.objects.filter(pid=worker.process.pid).first()  # type: ignore[attr-defined]
     return None if instance is None else instance.instance_id
+
+
+@pytest.mark.slow
+def test_cluster__rate_limit_holds_for_all_workers_together(spawn: Spawner) -> None:
+    from django.db import connection
+
+    from awa_django.models import Job
+
+    Queue.objects.create(name="R", rate_limit=5.0)
+    args = ["-q", "R", "--capacity-scope", "cluster", *FAST]
+    workers = [spawn(*args, name=f"rate-{i}") for i in range(3)]
+    wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 3, 60, 0.05, "3 planned")
+    Job.objects.enqueue_many([{"kind": "noop", "queue": "R"}] * 200)
+    wait_until(lambda: Job.objects.filter(queue="R", state="completed").count() >= 45, 30, 0.1, "45 jobs done")
+    with connection.cursor() as cursor:  # starts per second on the database clock, after a 1 s warm-up
+        cursor.execute(
+            "SELECT count(*) FROM awa_job, (SELECT min(attempted_at) AS t0 FROM awa_job WHERE queue = 'R') s "
+            "WHERE queue = 'R' AND attempted_at >= s.t0 + interval '1 second' "
+            "AND attempted_at < s.t0 + interval '7 seconds'"
+        )
+        (started,) = cursor.fetchone()
+    rate = started / 6.0
+    print(f"[cluster] rate limit 5/s over 3 workers: {rate:.2f} jobs/s started")
+    for worker in workers:
+        worker.assert_alive()
+    assert 4.5 <= rate <= 5.5

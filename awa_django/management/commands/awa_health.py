@@ -92,6 +92,7 @@ class Command(BaseCommand):
                 for w in workers
             ],
             "queues": queue_reports,
+            "cluster": services.cluster_capacity(),
         }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
@@ -115,6 +116,20 @@ class Command(BaseCommand):
             )
         if not report["workers"]:
             out.write("  (none)")
+        cluster = report["cluster"]
+        if cluster["workers"]:
+            line = (
+                f"cluster scope: {cluster['workers']} worker(s), global maximum in force {cluster['in_force']} "
+                f"(Cluster settings: {cluster['setting']})"
+            )
+            if cluster["disagree"]:
+                line += (
+                    f"; workers disagree: their own settings are {cluster['worker_settings']}, the smallest "
+                    "value applies: give them all the same GLOBAL_MAX_WORKERS"
+                )
+                out.write(self.style.WARNING(line))
+            else:
+                out.write(line)
         out.write(f"queues ({len(report['queues'])}):")
         for q in report["queues"]:
             counts = " ".join(f"{state}={n}" for state, n in q["counts"].items())
