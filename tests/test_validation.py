@@ -35,7 +35,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("args-inf", {"args": {"x": float("inf")}}, "args", "not JSON-serialisable"),
     ("args-int-key", {"args": {1: "a"}}, "args", "keys must be strings; 1 is not"),
     ("args-nested-int-key", {"args": {"a": [{2: "b"}]}}, "args", "keys must be strings; 2 is not"),
-    ("args-tuple-key", {"args": {"a": {(1, 2): "b"}}}, "args", "not JSON-serialisable"),
+    ("args-tuple-key", {"args": {"a": {(1, 2): "b"}}}, "args", "keys must be strings; (1, 2) is not"),
     ("args-nul", {"args": {"s": "a\x00b"}}, "args", "NUL"),
     ("args-nul-key", {"args": {"a": {"k\x00": 1}}}, "args", "NUL"),
     ("kind-empty", {"kind": ""}, "kind", "must be a non-empty string"),
