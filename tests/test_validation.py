@@ -381,3 +381,25 @@ def test_enqueue__caller_transaction_stays_usable_after_each_poison_value() -> N
             kept.append(Job.objects.enqueue("noop").pk)
 
     assert sorted(Job.objects.values_list("pk", flat=True)) == sorted(kept)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "kwargs", "rule"),
+    [
+        pytest.param((DEEP,), {}, "too deep", id="10000-deep"),
+        pytest.param(("caf\udce9",), {}, "lone surrogate", id="lone-surrogate"),
+        pytest.param((), {"n": BIG_INT}, "too many digits", id="5000-digit-int"),
+        pytest.param((StrSub("a\x00"),), {}, "NUL", id="nul-in-str-subclass"),
+    ],
+)
+def test_tasks_backend__poison_task_arguments_are_invalid_job_errors(
+    args: tuple[Any, ...], kwargs: dict[str, Any], rule: str
+) -> None:
+    from tests.tasks.tasks import echo
+
+    with transaction.atomic():
+        with pytest.raises(InvalidJobError, match=rule) as caught:
+            echo.enqueue(*args, **kwargs)
+        assert len(str(caught.value)) < 3 * BRIEF_LENGTH
+        assert Job.objects.count() == 0  # the transaction is still usable
