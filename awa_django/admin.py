@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -79,8 +80,10 @@ class SafeSelectionMixin:
     """Admin actions refuse a selection holding an id no row can have, with a message, before
     Django filters by it (``pk__in=["²"]`` raises ValueError; a NUL aborts the query)."""
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
-        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
         bad = [value for value in selected if parse_id(value) is None]
         if bad:
             self.message_user(  # type: ignore[attr-defined]
@@ -89,7 +92,7 @@ class SafeSelectionMixin:
                 messages.ERROR,
             )
             return HttpResponseRedirect(request.get_full_path())
-        return super().response_action(request, queryset)  # type: ignore[misc,no-any-return]
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
 
 def _pretty_json(value: Any) -> SafeString:
@@ -172,7 +175,8 @@ class StateFilter(admin.ChoicesFieldListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if any(_has_nul(value) for value in self.used_parameters.values()):
             return queryset.none()
-        return super().queryset(request, queryset)  # type: ignore[no-any-return]
+        filtered = super().queryset(request, queryset)
+        return queryset if filtered is None else filtered
 
 
 class JobChangeList(ChangeList):
