@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -36,6 +37,7 @@ from awa_django.conf import awa_settings
 from awa_django.forms import QueueForm
 from awa_django.models import TERMINAL_STATES, Job, JobState, Queue, WorkerInstance
 from awa_django.registry import registry
+from awa_django.validation import brief
 
 if TYPE_CHECKING:
     _JobAdminBase = admin.ModelAdmin[Job]
@@ -49,6 +51,48 @@ REFRESH_SECONDS = 5
 
 
 # --- helpers ----------------------------------------------------------------------------
+
+BIGINT_MAX = 2**63 - 1
+
+
+def parse_id(text: str) -> int | None:
+    """A primary key from a URL, a search box or a POSTed selection, or None (no row has it).
+
+    ASCII digits only and within bigint: ``str.isdigit()`` is True for "²", which ``int()``
+    refuses, and ``int()`` of 5,000 digits raises; neither may turn into a 500.
+    """
+    if not text or len(text) > 19 or not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if value <= BIGINT_MAX else None
+
+
+def _has_nul(values: Any) -> bool:
+    """Whether a filter value (or a list of them) holds a NUL, which no stored text can contain."""
+    if isinstance(values, str):
+        return "\x00" in values
+    if isinstance(values, list | tuple):
+        return any(_has_nul(v) for v in values)
+    return False
+
+
+class SafeSelectionMixin:
+    """Admin actions refuse a selection holding an id no row can have, with a message, before
+    Django filters by it (``pk__in=["²"]`` raises ValueError; a NUL aborts the query)."""
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+        bad = [value for value in selected if parse_id(value) is None]
+        if bad:
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                f"No action taken: {brief(bad, 80)} is not a valid id; select rows from the list.",  # noqa: S608
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
 
 def _pretty_json(value: Any) -> SafeString:
@@ -100,6 +144,8 @@ class QueueNameFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
+        if value and _has_nul(value):
+            return queryset.none()  # no queue name holds a NUL
         return queryset.filter(queue=value) if value else queryset
 
 
@@ -117,7 +163,20 @@ class KindFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
+        if value and _has_nul(value):
+            return queryset.none()  # no kind holds a NUL
         return queryset.filter(kind=value) if value else queryset
+
+
+class StateFilter(admin.ChoicesFieldListFilter):
+    """Django's choices filter on ``state`` (``?state__exact=failed``), where a value holding a
+    NUL matches nothing instead of failing the query."""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if any(_has_nul(value) for value in self.used_parameters.values()):
+            return queryset.none()
+        filtered = super().queryset(request, queryset)
+        return queryset if filtered is None else filtered
 
 
 class JobChangeList(ChangeList):
@@ -127,11 +186,11 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(_JobAdminBase):
+class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
-    list_filter = ("state", QueueNameFilter, KindFilter)
+    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter)
     search_fields = ("kind",)
     search_help_text = "A job id, or a kind (exact)."
     ordering = ("-id",)
@@ -186,9 +245,13 @@ class JobAdmin(_JobAdminBase):
         term = search_term.strip().lstrip("#")
         if not term:
             return queryset, False
-        if term.isdigit():
-            job_id = int(term)
-            return (queryset.filter(pk=job_id) if job_id < 2**63 else queryset.none()), False
+        if "\x00" in term:
+            return queryset.none(), False  # no kind holds a NUL
+        job_id = parse_id(term)
+        if job_id is not None:
+            return queryset.filter(pk=job_id), False
+        if term.isascii() and term.isdigit():
+            return queryset.none(), False  # an id beyond bigint
         return queryset.filter(kind=term), False
 
     # --- columns and detail fields ---
@@ -293,7 +356,8 @@ class JobAdmin(_JobAdminBase):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         extra = dict(extra_context or {})
-        job = Job.objects.filter(pk=object_id).only("state").first() if object_id.isdigit() else None
+        job_id = parse_id(object_id)
+        job = Job.objects.filter(pk=job_id).only("state").first() if job_id is not None else None
         if job is not None:
             can_change = self.has_change_permission(request)
             extra["awa_can_retry"] = can_change and job.state in services.RETRYABLE_FROM
@@ -308,11 +372,12 @@ class JobAdmin(_JobAdminBase):
         return require_POST(self._act_view)(request, object_id, action)
 
     def _act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
-        if action not in ("retry", "cancel") or not object_id.isdigit():
-            raise PermissionDenied
+        job_id = parse_id(object_id)
+        if action not in ("retry", "cancel") or job_id is None:
+            raise Http404(f"no job {brief(object_id, 40)} with a {brief(action, 40)} button")
         if not self.has_change_permission(request):
             raise PermissionDenied
-        job = get_object_or_404(Job.objects.only("pk"), pk=int(object_id))
+        job = get_object_or_404(Job.objects.only("pk"), pk=job_id)
         done = self._act(action, job.pk)
         if done:
             self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
@@ -342,7 +407,7 @@ def _stats(obj: Queue) -> services.QueueStats:
 
 
 @admin.register(Queue)
-class QueueAdmin(_QueueAdminBase):
+class QueueAdmin(SafeSelectionMixin, _QueueAdminBase):
     form = QueueForm
     list_display = (
         "name", "paused", "limits", "rate", "available", "scheduled", "running", "failed", "oldest_available",
@@ -373,6 +438,13 @@ class QueueAdmin(_QueueAdminBase):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return QueueChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Queue], search_term: str
+    ) -> tuple[QuerySet[Queue], bool]:
+        if "\x00" in search_term:
+            return queryset.none(), False  # no queue name holds a NUL
+        return super().get_search_results(request, queryset, search_term)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = {"awa_dashboard_url": reverse("admin:awa_dashboard", current_app=self.admin_site.name)}

@@ -215,6 +215,10 @@ def _json(field: str, value: Any) -> Any:
     """The framework's JSON normalisation (tuples become lists …), refused as an enqueue error."""
     try:
         return normalize_json(value)
+    except RecursionError:
+        raise InvalidJobError(
+            field, value, "nests too deep to store as JSON; pass flatter data (see MAX_JSON_DEPTH)"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise InvalidJobError(
             field, value, f"cannot be stored as JSON ({exc}); pass only str, int, float, bool, None, list, dict"

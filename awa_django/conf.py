@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     "FAILED_RETENTION": timedelta(days=7),
     # The database alias the jobs live in (enqueue and worker).
     "DATABASE_ALIAS": "default",
+    # Seconds awa_worker keeps retrying an unreachable database at startup before it exits
+    # (--wait-for-database overrides; 0 = exit at once). Postgres and the worker often start together.
+    "DATABASE_WAIT_TIMEOUT": 60.0,
     # Threads for plain `def` handlers.
     "SYNC_THREADS": 10,
     # Connections per worker process: this pool (claims, batched writes, heartbeats, snapshots)

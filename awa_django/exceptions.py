@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from awa_django.validation import brief
+
 
 class AwaError(Exception):
     """Base class of every awa_django error."""
@@ -24,7 +26,8 @@ class InvalidJobError(AwaError, ValueError):
         self.value = value
         self.index = index
         where = f"job spec #{index}: " if index is not None else ""
-        super().__init__(f"{where}{field}={value!r}: {message}")
+        # brief(): a 20 MB string or a 10,000-deep list must not be copied into the message.
+        super().__init__(f"{where}{field}={brief(value)}: {message}")
 
 
 class UniqueJobConflictError(AwaError):

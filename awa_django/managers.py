@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -26,6 +26,7 @@ from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.inline import after_enqueue, after_enqueue_many
 from awa_django.sql import statements
+from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
 
 if TYPE_CHECKING:
     from awa_django.models import Job
@@ -34,6 +35,10 @@ UNIQUE_CONSTRAINT = "awa_job_unique_key_uniq"
 ACTIVE_STATES = ("scheduled", "available", "running", "retryable")
 ALL_STATES = ("scheduled", "available", "running", "completed", "retryable", "failed", "cancelled")
 COPY_BATCH_SIZE = 10_000
+# unique={"by_period": ...} bounds: the time bucket is floor(epoch seconds / period), which must be
+# a finite number (a period of 1e-320 s or 10**400 s is not a period anyone means).
+UNIQUE_PERIOD_MIN = 0.001
+UNIQUE_PERIOD_MAX = 3_155_760_000  # 100 years of 365.25 days
 
 
 @dataclass(frozen=True)
@@ -69,29 +74,6 @@ class _Row(NamedTuple):
     unique_states: list[str] | None
 
 
-def _compact_json_encoder() -> Callable[[Any], str]:
-    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``, built once.
-
-    json.dumps with non-default options builds a new encoder for every call, which is most of the
-    cost of validating a bulk enqueue; this keeps one C encoder when the interpreter has it.
-    """
-    encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - pure-Python json
-        return encoder.encode
-    # No circular-reference markers (a shared dict could keep stale ids after a failed call): a
-    # circular value ends in RecursionError, which the caller reports like any unencodable value.
-    c_encode = make(None, encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
-
-    def encode(value: Any) -> str:
-        return "".join(c_encode(value, 0))
-
-    return encode
-
-
-_to_json = _compact_json_encoder()
-
-
 def _check_name(field: str, value: object, index: int | None) -> str:
     from awa_django.models import NAME_MAX_LENGTH
 
@@ -101,66 +83,33 @@ def _check_name(field: str, value: object, index: int | None) -> str:
         raise InvalidJobError(
             field, value, f"is {len(value)} characters long; the limit is {NAME_MAX_LENGTH}", index=index
         )
-    if "\x00" in value:
-        raise InvalidJobError(field, value, "contains a NUL character; Postgres cannot store it", index=index)
-    return value
+    problem = text_problem(value)
+    if problem:
+        raise InvalidJobError(field, value, problem, index=index)
+    return value if type(value) is str else str.__str__(value)
 
 
 def _check_int(field: str, value: object, low: int, high: int, index: int | None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidJobError(field, value, f"must be an integer from {low} to {high}", index=index)
-    return value
+    return value if type(value) is int else int.__int__(value)  # an int subclass may print itself oddly
 
 
 def _check_json_object(field: str, value: object, index: int | None) -> tuple[dict[str, Any], str]:
+    """A JSON object (args, metadata) as a dict and its JSON text: one walk, one encoding pass."""
     if value is None:
         return {}, "{}"
     if not isinstance(value, Mapping):
         raise InvalidJobError(field, value, f"must be a dict (JSON object), not {type(value).__name__}", index=index)
-    bad_keys = [k for k in value if not isinstance(k, str)]
-    if bad_keys:
-        raise InvalidJobError(field, value, f"keys must be strings; {bad_keys[0]!r} is not", index=index)
     try:
-        text = _to_json(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+        text = storable_json(value if isinstance(value, dict) else dict(value))
+    except UnstorableValueError as exc:
+        raise InvalidJobError(field, value, exc.reason, index=index) from None
+    except Exception as exc:  # a Mapping whose items cannot be read
         raise InvalidJobError(
-            field,
-            value,
-            f"is not JSON-serialisable ({exc}); pass only str, int, float, bool, None, list, dict",
-            index=index,
+            field, value, f"could not be read as a dict ({type(exc).__name__})", index=index
         ) from None
-    problem = _json_problem(value)
-    if problem:
-        raise InvalidJobError(field, value, problem, index=index)
     return dict(value), text
-
-
-def _json_problem(value: object) -> str | None:
-    """What json.dumps would silently change (a non-str key) or jsonb cannot store (NUL), if any.
-
-    Dispatches on the exact type first: this walk runs for every job of a bulk enqueue.
-    """
-    kind = type(value)
-    if kind is str:
-        return "contains a NUL character, which Postgres jsonb cannot store" if "\x00" in value else None  # type: ignore[operator]
-    if kind is int or kind is float or kind is bool or value is None:
-        return None
-    if kind is dict or isinstance(value, Mapping):
-        for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str:
-                return f"keys must be strings; {key!r} is not"
-            if "\x00" in key:
-                return "contains a NUL character, which Postgres jsonb cannot store"
-            if type(item) is not int:
-                problem = _json_problem(item)
-                if problem:
-                    return problem
-    elif kind is list or kind is tuple:
-        for item in value:  # type: ignore[attr-defined]
-            problem = _json_problem(item)
-            if problem:
-                return problem
-    return None
 
 
 def _check_run_at(value: object, index: int | None) -> datetime | None:
@@ -183,22 +132,38 @@ def _check_run_at(value: object, index: int | None) -> datetime | None:
 def _check_tags(value: object, index: int | None) -> list[str]:
     if value is None:
         return []
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise InvalidJobError("tags", value, "must be a list of strings", index=index)
-    tags = list(value)
+    # A list or a tuple only: a dict would give its keys, a str its characters, a set no order.
+    if not isinstance(value, list | tuple):
+        raise InvalidJobError("tags", value, f"must be a list of strings, not {type(value).__name__}", index=index)
     limit = int(awa_settings.MAX_TAGS)
-    if len(tags) > limit:
-        raise InvalidJobError("tags", value, f"has {len(tags)} tags; the limit is {limit}", index=index)
+    if len(value) > limit:
+        raise InvalidJobError("tags", value, f"has {len(value)} tags; the limit is {limit}", index=index)
     max_length = int(awa_settings.MAX_TAG_LENGTH)
-    for tag in tags:
+    tags: list[str] = []
+    for tag in value:
         if not isinstance(tag, str) or not tag or len(tag) > max_length or "\x00" in tag:
             raise InvalidJobError(
                 "tags",
                 value,
-                f"tag {tag!r} must be a non-empty string, without NUL, of at most {max_length} characters",
+                f"tag {brief(tag, 80)} must be a non-empty string, without NUL, of at most {max_length} characters",
                 index=index,
             )
+        problem = text_problem(tag)
+        if problem:
+            raise InvalidJobError("tags", value, f"tag {brief(tag, 80)} {problem}", index=index)
+        tags.append(tag if type(tag) is str else str.__str__(tag))
     return tags
+
+
+def _period_seconds(period: object) -> float | None:
+    """``by_period`` as float seconds, or None if it is not a number in the allowed range."""
+    if isinstance(period, bool) or not isinstance(period, int | float):
+        return None
+    try:
+        seconds = float(period)
+    except OverflowError:  # an int beyond float range: certainly above the limit
+        return None
+    return seconds if UNIQUE_PERIOD_MIN <= seconds <= UNIQUE_PERIOD_MAX else None  # NaN fails both
 
 
 def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
@@ -214,7 +179,7 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
             raise InvalidJobError(
                 "unique",
                 value,
-                f"unknown option(s) {sorted(unknown)}; use by_args, by_queue, by_period, states",
+                f"unknown option(s) {brief(sorted(unknown, key=brief))}; use by_args, by_queue, by_period, states",
                 index=index,
             )
         for flag in ("by_args", "by_queue"):
@@ -236,11 +201,19 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
     period = options.by_period
     if isinstance(period, timedelta):
         period = period.total_seconds()
-    if period is not None and (
-        isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period) or period <= 0
-    ):
+    if period is not None:
+        seconds = _period_seconds(period)
+        if seconds is None:
+            raise InvalidJobError(
+                "unique.by_period",
+                options.by_period,
+                f"must be a positive number of seconds from {UNIQUE_PERIOD_MIN} to {UNIQUE_PERIOD_MAX} (100 years)",
+                index=index,
+            )
+        period = seconds
+    if isinstance(options.states, str) or not isinstance(options.states, Iterable):
         raise InvalidJobError(
-            "unique.by_period", options.by_period, "must be a positive number of seconds", index=index
+            "unique.states", options.states, f"must be a non-empty subset of {list(ALL_STATES)}", index=index
         )
     bad = [s for s in options.states if s not in ALL_STATES]
     if bad or not options.states:
@@ -531,9 +504,11 @@ class JobManager(models.Manager["Job"]):
                 kind = spec["kind"]
                 queue = spec.get("queue", "default")
                 if type(kind) is not str or kind not in names_ok:
-                    names_ok.add(_check_name("kind", kind, index))
+                    kind = _check_name("kind", kind, index)
+                    names_ok.add(kind)
                 if type(queue) is not str or queue not in names_ok:
-                    names_ok.add(_check_name("queue", queue, index))
+                    queue = _check_name("queue", queue, index)
+                    names_ok.add(queue)
                 args = spec.get("args")
                 if type(args) is dict and not args:
                     args_json = "{}"
@@ -542,9 +517,9 @@ class JobManager(models.Manager["Job"]):
                 priority = spec.get("priority", PRIORITY_DEFAULT)
                 max_attempts = spec.get("max_attempts", MAX_ATTEMPTS_DEFAULT)
                 if priority is not PRIORITY_DEFAULT:
-                    _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
+                    priority = _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
                 if max_attempts is not MAX_ATTEMPTS_DEFAULT:
-                    _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                    max_attempts = _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
                 rows.append(
                     f"{_copy_text(kind)}\t{_copy_text(queue)}\t{args_json.replace(chr(92), chr(92) * 2)}"
                     f"\tavailable\t{priority}\t0\t{max_attempts}{defaults_tail}"
@@ -557,7 +532,7 @@ class JobManager(models.Manager["Job"]):
                 raise InvalidJobError(
                     "spec",
                     dict(spec),
-                    f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}",
+                    f"unknown key(s) {brief(sorted(unknown, key=brief))}; allowed: {sorted(_SPEC_KEYS)}",
                     index=index,
                 )
             if "kind" not in spec:

@@ -20,9 +20,36 @@ from hypothesis import strategies as st
 from awa_django.exceptions import InvalidJobError
 from awa_django.managers import UniqueOptions
 from awa_django.models import Job
+from awa_django.validation import BRIEF_LENGTH, MAX_JSON_BYTES, MAX_JSON_DEPTH, brief
 
 NAIVE = datetime(2030, 1, 1, 12, 0)  # naive on purpose
 LONG = "x" * 256
+
+
+class StrSub(str):
+    pass
+
+
+class ListSub(list):  # type: ignore[type-arg]
+    pass
+
+
+class DictSub(dict):  # type: ignore[type-arg]
+    pass
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+DEEP = _nested(10_000)
+LOOP: list[Any] = []
+LOOP.append(LOOP)
+HUGE = "x" * (MAX_JSON_BYTES + 1)
+BIG_INT = 10**5000
 
 # (id, enqueue kwargs, field named in the error, rule fragment of the message)
 BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -35,7 +62,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("args-inf", {"args": {"x": float("inf")}}, "args", "not JSON-serialisable"),
     ("args-int-key", {"args": {1: "a"}}, "args", "keys must be strings; 1 is not"),
     ("args-nested-int-key", {"args": {"a": [{2: "b"}]}}, "args", "keys must be strings; 2 is not"),
-    ("args-tuple-key", {"args": {"a": {(1, 2): "b"}}}, "args", "not JSON-serialisable"),
+    ("args-tuple-key", {"args": {"a": {(1, 2): "b"}}}, "args", "keys must be strings; (1, 2) is not"),
     ("args-nul", {"args": {"s": "a\x00b"}}, "args", "NUL"),
     ("args-nul-key", {"args": {"a": {"k\x00": 1}}}, "args", "NUL"),
     ("kind-empty", {"kind": ""}, "kind", "must be a non-empty string"),
@@ -90,6 +117,30 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unique-states-str", {"unique": {"states": "available"}}, "unique.states", "subset of"),
     ("unique-states-none", {"unique": {"states": None}}, "unique.states", "subset of"),
     ("unique-options-states", {"unique": UniqueOptions(states=("finished",))}, "unique.states", "subset of"),
+    # issue 12, item 6: inputs that used to escape as driver errors or abort the caller's transaction
+    ("args-lone-surrogate", {"args": {"s": "caf\udce9"}}, "args", "lone surrogate '\\udce9' at position 3"),
+    ("args-lone-surrogate-key", {"args": {"\ud800": 1}}, "args", "lone surrogate"),
+    ("metadata-lone-surrogate", {"metadata": {"a": ["\udfff"]}}, "metadata", "lone surrogate"),
+    ("kind-lone-surrogate", {"kind": "send\udce9"}, "kind", "lone surrogate"),
+    ("queue-lone-surrogate", {"queue": "\ud83d"}, "queue", "lone surrogate"),
+    ("tags-lone-surrogate-item", {"tags": ["ok", "\udce9"]}, "tags", "lone surrogate"),
+    ("args-nul-in-str-subclass", {"args": {"s": StrSub("a\x00b")}}, "args", "NUL"),
+    ("args-nul-in-list-subclass", {"args": {"l": ListSub(["a\x00b"])}}, "args", "NUL"),
+    ("args-nul-in-dict-subclass-key", {"args": {"d": DictSub({"k\x00": 1})}}, "args", "NUL"),
+    ("args-nul-in-tuple", {"args": {"t": ("ok", "\x00")}}, "args", "NUL"),
+    ("args-10000-deep", {"args": {"deep": DEEP}}, "args", f"deeper than {MAX_JSON_DEPTH} levels"),
+    ("args-contains-itself", {"args": {"loop": LOOP}}, "args", f"deeper than {MAX_JSON_DEPTH} levels"),
+    ("args-too-big", {"args": {"blob": HUGE}}, "args", f"the limit is {MAX_JSON_BYTES}"),
+    ("args-5000-digit-int", {"args": {"n": BIG_INT}}, "args", "too many digits"),
+    ("metadata-nan-in-subclass", {"metadata": DictSub(x=float("nan"))}, "metadata", "not JSON-serialisable"),
+    ("tags-dict", {"tags": {"a": 1}}, "tags", "must be a list of strings, not dict"),
+    ("tags-set", {"tags": {"a"}}, "tags", "must be a list of strings, not set"),
+    ("tags-generator-like-range", {"tags": range(2)}, "tags", "must be a list of strings, not range"),
+    ("unique-period-10e400", {"unique": {"by_period": 10**400}}, "unique.by_period", "positive number of seconds"),
+    ("unique-period-tiny", {"unique": {"by_period": 1e-320}}, "unique.by_period", "from 0.001 to"),
+    ("unique-period-inf", {"unique": {"by_period": float("inf")}}, "unique.by_period", "positive number"),
+    ("unique-options-states-none", {"unique": UniqueOptions(states=None)}, "unique.states", "subset of"),  # type: ignore[arg-type]
+    ("unique-non-str-option", {"unique": {1: True, "by_arg": 1}}, "unique", "unknown option(s) ['by_arg', 1]"),
 ]
 
 
@@ -116,8 +167,9 @@ def test_enqueue__bad_input_is_refused_before_writing(kwargs: dict[str, Any], fi
     error = caught.value
     assert error.field == field
     assert error.index is None
-    assert f"{field}={_bad_value(kwargs, field)!r}" in str(error)
+    assert f"{field}={brief(_bad_value(kwargs, field))}" in str(error)
     assert rule in str(error)
+    assert len(str(error)) < 3 * BRIEF_LENGTH
     assert Job.objects.count() == 0
 
 
@@ -131,8 +183,9 @@ def test_enqueue_many__bad_spec_is_refused_before_writing(kwargs: dict[str, Any]
 
     error = caught.value
     assert (error.field, error.index) == (field, 1)
-    assert str(error).startswith(f"job spec #1: {field}={_bad_value(kwargs, field)!r}")
+    assert str(error).startswith(f"job spec #1: {field}={brief(_bad_value(kwargs, field))}")
     assert rule in str(error)
+    assert len(str(error)) < 3 * BRIEF_LENGTH
     assert Job.objects.count() == 0
 
 
@@ -236,3 +289,117 @@ def test_enqueue__run_at_now_is_not_in_the_future() -> None:
     job = Job.objects.enqueue("noop", run_at=timezone.now())
 
     assert job.state == "available"
+
+
+# --- brief(): the repr every error message shows ------------------------------------------------
+
+json_like = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.text(max_size=5), children, max_size=4),
+        st.sets(st.integers(), max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@given(value=json_like)
+def test_brief__short_values_read_exactly_as_repr(value: Any) -> None:
+    if len(repr(value)) <= BRIEF_LENGTH // 2:
+        assert brief(value) == repr(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        pytest.param("x" * 20_000_000, "…(20000000 characters)", id="20-MB-string"),
+        pytest.param(["y" * 10_000_000] * 3, "…(10000000 characters)", id="list-of-big-strings"),
+        pytest.param(DEEP, "[[[[[[…]]]]]]", id="10000-deep"),
+        pytest.param(LOOP, "[[[[[[…]]]]]]", id="contains-itself"),
+        pytest.param(BIG_INT, "<int of 16610 bits>", id="5000-digit-int"),
+        pytest.param(list(range(1_000_000)), "…(1000000 items)", id="a-million-items"),
+    ],
+)
+def test_brief__large_values_are_cut(value: Any, shown: str) -> None:
+    text = brief(value)
+
+    assert shown in text
+    assert len(text) < 2 * BRIEF_LENGTH
+
+
+def test_brief__a_repr_that_raises_gets_a_placeholder() -> None:
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    assert brief({"a": Broken()}) == "{'a': <test_brief__a_repr_that_raises_gets_a_placeholder.<locals>.Broken object>}"
+
+
+@pytest.mark.django_db
+def test_enqueue__limits_are_inclusive() -> None:
+    """MAX_JSON_DEPTH levels and MAX_JSON_BYTES of text are stored; one more is refused."""
+    at_depth = {"d": _nested(MAX_JSON_DEPTH - 2)}  # the args object is level 1, "d"'s list level 2 …
+    Job.objects.enqueue("noop", at_depth)
+    with pytest.raises(InvalidJobError, match="deeper than"):
+        Job.objects.enqueue("noop", {"d": _nested(MAX_JSON_DEPTH - 1)})
+
+    overhead = len('{"b":""}')
+    Job.objects.enqueue("noop", {"b": "x" * (MAX_JSON_BYTES - overhead)})
+    with pytest.raises(InvalidJobError, match="the limit is"):
+        Job.objects.enqueue("noop", {"b": "x" * (MAX_JSON_BYTES - overhead + 1)})
+
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_enqueue__caller_transaction_stays_usable_after_each_poison_value() -> None:
+    """Each input the issue lists, in one transaction: every refusal leaves it usable."""
+    poison: list[dict[str, Any]] = [
+        {"args": {"s": "\udce9"}},
+        {"metadata": {"s": "\ud800"}},
+        {"kind": "k\udce9"},
+        {"queue": "q\udce9"},
+        {"tags": ["\udce9"]},
+        {"args": {"s": StrSub("\x00")}},
+        {"args": {"l": ListSub(["\x00"])}},
+        {"args": {"deep": DEEP}},
+        {"args": {"n": BIG_INT}},
+        {"unique": {"by_period": 10**400}},
+        {"tags": {"a": 1}},
+    ]
+    with transaction.atomic():
+        kept = [Job.objects.enqueue("noop").pk]
+        for kwargs in poison:
+            call = {"kind": "noop", **kwargs}
+            with pytest.raises(InvalidJobError):
+                Job.objects.enqueue(call.pop("kind"), **call)
+            with pytest.raises(InvalidJobError) as caught:
+                Job.objects.enqueue_many([{"kind": "noop"}, {"kind": "noop", **kwargs}])
+            assert caught.value.index == 1
+            kept.append(Job.objects.enqueue("noop").pk)
+
+    assert sorted(Job.objects.values_list("pk", flat=True)) == sorted(kept)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "kwargs", "rule"),
+    [
+        pytest.param((DEEP,), {}, "too deep", id="10000-deep"),
+        pytest.param(("caf\udce9",), {}, "lone surrogate", id="lone-surrogate"),
+        pytest.param((), {"n": BIG_INT}, "too many digits", id="5000-digit-int"),
+        pytest.param((StrSub("a\x00"),), {}, "NUL", id="nul-in-str-subclass"),
+    ],
+)
+def test_tasks_backend__poison_task_arguments_are_invalid_job_errors(
+    args: tuple[Any, ...], kwargs: dict[str, Any], rule: str
+) -> None:
+    from tests.tasks.tasks import echo
+
+    with transaction.atomic():
+        with pytest.raises(InvalidJobError, match=rule) as caught:
+            echo.enqueue(*args, **kwargs)
+        assert len(str(caught.value)) < 3 * BRIEF_LENGTH
+        assert Job.objects.count() == 0  # the transaction is still usable

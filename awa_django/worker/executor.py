@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import random
 import threading
 import traceback
@@ -24,6 +23,7 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
+from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 
 MAX_BACKOFF = 24 * 3600.0
@@ -143,15 +143,17 @@ class Executor:
             return self._retry_or_fail(job, describe(exc), exc)
 
     def _completed_with(self, job: ClaimedJob, result: Any) -> Outcome:
+        # storable_json never raises anything but UnstorableValueError (a 5,000-deep list is not a
+        # handler failure to retry): the job fails at once, saying why.
         try:
-            text = json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+            text = storable_json(result)
+        except UnstorableValueError as exc:
             return Outcome(
                 "failed",
                 error=error_entry(
                     job,
-                    f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: {exc}); "
-                    "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)",
+                    f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: "
+                    f"{exc.reason}); return None or JSON-serialisable data (str, int, float, bool, None, list, dict)",
                 ),
             )
         return Outcome("completed", result=text)

@@ -4,14 +4,95 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import time
 from argparse import ArgumentParser
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import InterfaceError, OperationalError, connections
 
+from awa_django.conf import awa_settings
 from awa_django.exceptions import ConfigurationError
 from awa_django.management.arguments import positive_int, seconds, seconds_or_zero
+from awa_django.validation import text_problem
+from awa_django.worker.db import Backoff
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def database_wait_timeout(option: float | None) -> float:
+    """--wait-for-database, else AWA["DATABASE_WAIT_TIMEOUT"], validated: seconds, 0 or more."""
+    if option is not None:
+        return option
+    value = awa_settings.DATABASE_WAIT_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise CommandError(
+            f"AWA['DATABASE_WAIT_TIMEOUT'] is {value!r}; it must be a number of seconds, 0 or more "
+            "(0 = do not wait): fix the setting, or pass --wait-for-database SECONDS"
+        )
+    return float(value)
+
+
+def _describe_database(alias: str) -> str:
+    """``'name' at host:port`` of a database alias, for messages (never the password)."""
+    config = connections[alias].settings_dict
+    host = config.get("HOST") or "the local socket"
+    port = f":{config['PORT']}" if config.get("PORT") else ""
+    return f"{alias!r} ({config.get('NAME')!r} at {host}{port})"
+
+
+def with_database(alias: str, timeout: float, what: str, operation: Callable[[], T], *, started: float) -> T:
+    """Run a startup ``operation`` on Django's connection, waiting for an unreachable database.
+
+    In an orchestrated deployment the worker and Postgres start together: a connection error
+    before ``timeout`` seconds (counted from ``started``) is retried with the runtime's backoff
+    (0.05 s doubling to 5 s), one log line per attempt; after it, a CommandError names the
+    database and the setting.
+    """
+    backoff = Backoff()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            result = operation()
+        except (OperationalError, InterfaceError) as exc:
+            connections[alias].close()  # the next attempt opens a fresh connection
+            waited = time.monotonic() - started
+            error = " ".join(str(exc).split())[:300]
+            if waited >= timeout:
+                raise CommandError(
+                    f"database {_describe_database(alias)} is still unreachable after {waited:.1f}s "
+                    f"({attempt} attempt(s) at {what}): {error}; start it or fix DATABASES[{alias!r}], or wait "
+                    f"longer with --wait-for-database SECONDS or AWA['DATABASE_WAIT_TIMEOUT'] (now {timeout:g}s)"
+                ) from None
+            delay = min(backoff.next(), timeout - waited)
+            logger.warning(
+                "database unavailable at startup, retrying in %.2fs database=%s what=%s attempt=%d "
+                "waited=%.1fs timeout=%gs error=%s",
+                delay,
+                alias,
+                what,
+                attempt,
+                waited,
+                timeout,
+                error,
+            )
+            time.sleep(delay)
+            continue
+        if attempt > 1:
+            logger.info(
+                "database reachable database=%s what=%s attempts=%d waited=%.1fs",
+                alias,
+                what,
+                attempt,
+                time.monotonic() - started,
+            )
+        return result
 
 
 class Command(BaseCommand):
@@ -53,6 +134,13 @@ class Command(BaseCommand):
             "live worker together (AWA['CAPACITY_SCOPE'])",
         )
         parser.add_argument(
+            "--wait-for-database",
+            type=seconds_or_zero,
+            metavar="SECONDS",
+            help="while the database is unreachable at startup, retry for up to this long before exiting "
+            "(default: AWA['DATABASE_WAIT_TIMEOUT'], 60; 0 = do not wait)",
+        )
+        parser.add_argument(
             "--heartbeat-staleness",
             type=seconds,
             metavar="SECONDS",
@@ -70,20 +158,14 @@ class Command(BaseCommand):
             bad = [q for q in queues if not q.strip() or len(q) > 255]
             if bad:
                 raise CommandError(f"invalid queue name {bad[0]!r}: use 1 to 255 characters")
-        rows: list[dict[str, Any]] = [
-            {
-                "name": queue.name,
-                "max_workers": queue.max_workers,
-                "min_workers": queue.min_workers,
-                "weight": queue.weight,
-                "rate_limit": queue.rate_limit,
-                "rate_burst": queue.rate_burst,
-                "paused": queue.paused,
-                "deadline_seconds": queue.deadline.total_seconds() if queue.deadline else None,
-                "priority_aging_seconds": queue.priority_aging.total_seconds() if queue.priority_aging else None,
-            }
-            for queue in Queue.objects.all()
-        ]
+            for name in queues:
+                problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
+                if problem:
+                    raise CommandError(f"invalid queue name {name!r}: it {problem}")
+        alias = str(awa_settings.DATABASE_ALIAS)
+        timeout = database_wait_timeout(options["wait_for_database"])
+        started = time.monotonic()
+        rows = with_database(alias, timeout, "reading the Queue rows", _read_queue_rows, started=started)
         try:
             config = build_config(
                 queue_rows=rows,
@@ -100,13 +182,19 @@ class Command(BaseCommand):
             raise CommandError(f"{exc}") from exc
         # Every served queue gets a Queue row, so operators see it in the admin and can tune it.
         known = {row["name"] for row in rows}
-        Queue.objects.bulk_create(
-            [Queue(name=name) for name in config.queues if name not in known], ignore_conflicts=True
-        )
+        missing = [Queue(name=name) for name in config.queues if name not in known]
+        if missing:
+            with_database(
+                alias,
+                timeout,
+                "creating Queue rows",
+                lambda: Queue.objects.using(alias).bulk_create(missing, ignore_conflicts=True),
+                started=started,
+            )
         # Periodic jobs declared in code become Schedule rows (the maintenance leader fires them).
         from awa_django.services import sync_schedules
 
-        synced = sync_schedules()
+        synced = with_database(alias, timeout, "synchronising the schedules", sync_schedules, started=started)
         if synced.created or synced.updated or synced.removed:
             logging.getLogger("awa_django").info(
                 "schedules synchronised from code created=%s updated=%s disabled=%s",
@@ -138,3 +226,22 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+
+
+def _read_queue_rows() -> list[dict[str, Any]]:
+    from awa_django.models import Queue
+
+    return [
+        {
+            "name": queue.name,
+            "max_workers": queue.max_workers,
+            "min_workers": queue.min_workers,
+            "weight": queue.weight,
+            "rate_limit": queue.rate_limit,
+            "rate_burst": queue.rate_burst,
+            "paused": queue.paused,
+            "deadline_seconds": queue.deadline.total_seconds() if queue.deadline else None,
+            "priority_aging_seconds": queue.priority_aging.total_seconds() if queue.priority_aging else None,
+        }
+        for queue in Queue.objects.using(str(awa_settings.DATABASE_ALIAS))
+    ]

@@ -1,0 +1,189 @@
+"""A worker started while its database is unreachable waits for it (issue 12, item 4).
+
+In an orchestrated deployment the worker's container and Postgres start together. The end-to-end
+test builds a second, private PostgreSQL server (initdb from the embedded server's binaries, a
+free TCP port, migrated, one job enqueued), stops it, starts ``manage.py awa_worker`` pointed at
+it, starts the server only once the worker has logged that it has been waiting for at least
+5 seconds, and then watches the job complete. No mocks: a real server that is really down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from tests.harness import ROOT, spawn_worker, wait_until
+from tests.worker.support import SpawnedWorker
+
+PG_USER = "pgserver"  # initdb and postgres refuse to run as root
+WAITED = re.compile(r"database unavailable at startup, retrying in [0-9.]+s .*waited=([0-9.]+)s")
+
+
+def _bin(name: str) -> str:
+    import pgserver
+
+    return str(Path(pgserver.__file__).resolve().parent / "pginstall" / "bin" / name)
+
+
+def _as_pg_user(*command: str) -> None:
+    result = subprocess.run(  # the arguments are this test's own paths and numbers
+        ["su", PG_USER, "-s", "/bin/sh", "-c", " ".join(f"'{c}'" for c in command)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PrivateServer:
+    """A throwaway PostgreSQL cluster on 127.0.0.1:port, started and stopped by the test."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="awa-startup-"))
+        shutil.chown(self.dir, PG_USER, PG_USER)
+        self.data = self.dir / "data"
+        self.port = _free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/awa_startup"
+        _as_pg_user(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -h 127.0.0.1 -k {self.dir} -c fsync=off"
+        _as_pg_user(_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"), "-o", options, "-w", "start")
+
+    def stop(self) -> None:
+        _as_pg_user(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def connect(self, dbname: str = "awa_startup") -> psycopg.Connection[Any]:
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "AWA_TEST_DB")}
+        env.update(DATABASE_URL=self.url, PYTHONUNBUFFERED="1")
+        return env
+
+    def remove(self) -> None:
+        subprocess.run(  # stop it if a failed test left it running; the code does not matter
+            ["su", PG_USER, "-s", "/bin/sh", "-c", f"'{_bin('pg_ctl')}' -D '{self.data}' -m immediate stop"],
+            capture_output=True,
+            timeout=60,
+        )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def server() -> Iterator[PrivateServer]:
+    private = PrivateServer()
+    try:
+        yield private
+    finally:
+        private.remove()
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _longest_wait(log: str) -> float:
+    return max((float(m.group(1)) for m in WAITED.finditer(log)), default=0.0)
+
+
+def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: PrivateServer, tmp_path: Path) -> None:
+    server.start()
+    with server.connect("postgres") as conn:
+        conn.execute("CREATE DATABASE awa_startup")
+    _manage(server.env(), "migrate", "-v", "0")
+    _manage(server.env(), "shell", "-c", "from awa_django.models import Job; Job.objects.enqueue('noop', queue='boot')")
+    server.stop()
+
+    log = tmp_path / "worker.log"
+    worker = SpawnedWorker(
+        spawn_worker("-q", "boot", "--wait-for-database", "120", "--poll-interval", "0.2", env=server.env(), log=log),
+        log,
+    )
+    try:
+        wait_until(lambda: _longest_wait(worker.log) >= 5.0, timeout=60, what="the worker logging 5 s of waiting")
+        worker.assert_alive()
+        server.start()
+
+        def completed() -> bool:
+            with server.connect() as conn:
+                row = conn.execute("SELECT state FROM awa_job WHERE kind = 'noop'").fetchone()
+            return row is not None and row[0] == "completed"
+
+        wait_until(completed, timeout=60, what="the job to complete once Postgres is up")
+        assert "database reachable database=default what=reading the Queue rows" in worker.log
+        worker.signal(signal.SIGTERM)
+        assert worker.wait_exit() == 0, worker.log[-4000:]
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait(30)
+
+
+def test_worker__unreachable_past_the_wait_exits_with_a_clear_error(tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there
+    env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "AWA_TEST_DB")}
+    env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{port}/nowhere"
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", "boot", "--wait-for-database", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert "database unavailable at startup, retrying" in result.stderr  # a line per attempt
+    assert len(WAITED.findall(result.stderr)) >= 2
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("CommandError: database 'default' ('nowhere' at 127.0.0.1:")
+    assert "still unreachable after" in error
+    assert "--wait-for-database SECONDS or AWA['DATABASE_WAIT_TIMEOUT'] (now 1s)" in error
+
+
+@pytest.mark.parametrize("value", [-1, "60", float("nan"), float("inf"), True, None])
+def test_worker__invalid_wait_setting_is_a_command_error_naming_it(value: object) -> None:
+    with override_settings(AWA={"DATABASE_WAIT_TIMEOUT": value}), pytest.raises(CommandError) as caught:
+        call_command("awa_worker", "-q", "boot")
+
+    assert f"AWA['DATABASE_WAIT_TIMEOUT'] is {value!r}" in str(caught.value)
+    assert "--wait-for-database SECONDS" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan"])
+def test_worker__invalid_wait_option_is_a_usage_error(value: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "--wait-for-database", value],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 2
+    assert f"argument --wait-for-database: '{value}'" in result.stderr
