@@ -2,16 +2,24 @@
 
 ``async def`` handlers are awaited on the worker's loop; plain ``def`` handlers run in a bounded
 thread pool and close their Django connections afterwards. Nothing a handler raises escapes:
-every exception becomes an outcome (retry with backoff, fail, snooze, cancel). Only
-``asyncio.CancelledError`` (the worker stopping) propagates.
+every exception becomes an outcome (retry with backoff, fail, snooze, cancel), and so does a
+``BaseException`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, a ``CancelledError``
+the handler raised itself): only the worker's own signals stop the worker. Only the worker's own
+cancellation of the attempt (stopping, handing back) propagates, as ``asyncio.CancelledError``.
+
+Every value of an outcome is storable: a return value Postgres cannot store fails the attempt
+with an error naming what is wrong, and error texts and tracebacks have NUL characters and
+unpaired surrogates escaped (``storable``).
+
+A sync handler past its deadline cannot be stopped (Python threads cannot be killed): its
+attempt ends at the deadline, and ``JobContext.running_thread`` is left set to the thread's
+future, so the caller keeps the attempt's slot until the thread really returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
-import json
 import random
 import threading
 import traceback
@@ -24,6 +32,7 @@ from django.db import close_old_connections
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.worker.storable import UnstorableValueError, escape_json, to_json
 
 MAX_BACKOFF = 24 * 3600.0
 TRACEBACK_LIMIT = 20_000
@@ -46,7 +55,9 @@ def error_entry(job: ClaimedJob, error: str, exc: BaseException | None = None) -
         cls = type(exc)
         entry["exception"] = f"{cls.__module__}.{cls.__qualname__}"
         entry["traceback"] = "".join(traceback.format_exception(exc))[-TRACEBACK_LIMIT:]
-    return entry
+    # Error texts are kept, with what Postgres cannot store (NUL, unpaired surrogates) escaped.
+    escaped: dict[str, Any] = escape_json(entry)
+    return escaped
 
 
 def describe(exc: BaseException) -> str:
@@ -114,12 +125,13 @@ class Executor:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
                 result = await (call if deadline is None else asyncio.wait_for(call, deadline))
             else:
-                loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
-                result = await (future if deadline is None else asyncio.wait_for(future, deadline))
+                result = await self._run_sync(handler, context, args, deadline)
             return COMPLETED if result is None else self._completed_with(job, result)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the worker cancelled this attempt (stopping, handing back)
+            return self._retry_or_fail(job, f"the handler raised {describe(exc)} itself (nothing cancelled it)", exc)
         except Snooze as snooze:
             return Outcome("scheduled", delay=snooze.delay, refund=1)
         except RetryAfter as retry:
@@ -132,22 +144,47 @@ class Executor:
             return Outcome("failed", error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
             context.cancel()
-            return self._retry_or_fail(job, f"deadline exceeded: the handler ran longer than {deadline}s", exc)
+            error = f"deadline exceeded: the handler ran longer than {deadline}s"
+            if context.running_thread is not None:
+                error += "; its thread is still running and keeps its slot until it returns"
+            return self._retry_or_fail(job, error, exc)
         except Exception as exc:
             return self._retry_or_fail(job, describe(exc), exc)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit… from the handler
+            return self._retry_or_fail(
+                job, f"the handler raised {describe(exc)}; recorded as this attempt's failure (the worker runs on)", exc
+            )
+
+    async def _run_sync(
+        self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+    ) -> Any:
+        """The sync handler's return value, from a pool thread. Past the deadline: TimeoutError,
+        with ``context.running_thread`` set to the thread's future (it keeps running)."""
+        work = self.threads.submit(self._call_sync, handler, context, args)
+        future = asyncio.wrap_future(work)
+        # Whoever ends up not awaiting it must not leave "exception never retrieved" behind.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            await asyncio.wait({future}, timeout=deadline)
+        except asyncio.CancelledError:
+            # Cancelled (the worker stopping) just as the thread returned: its outcome is real and
+            # is kept; handing the attempt back would run finished work again.
+            if not work.done() or work.cancelled():
+                work.cancel()  # still queued for a thread: it must not start later
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        if not work.done():
+            context.running_thread = future
+            raise TimeoutError
+        return work.result()
 
     def _completed_with(self, job: ClaimedJob, result: Any) -> Outcome:
         try:
-            text = json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            return Outcome(
-                "failed",
-                error=error_entry(
-                    job,
-                    f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: {exc}); "
-                    "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)",
-                ),
-            )
+            text = to_json(result, "the handler's return value")
+        except UnstorableValueError as exc:
+            return Outcome("failed", error=error_entry(job, f"{exc}; return None or storable JSON data"))
         return Outcome("completed", result=text)
 
     def _retry_or_fail(self, job: ClaimedJob, error: str, exc: BaseException) -> Outcome:
