@@ -36,6 +36,8 @@ from awa_django.worker.storable import UnstorableValueError, escape_json, to_jso
 
 MAX_BACKOFF = 24 * 3600.0
 TRACEBACK_LIMIT = 20_000
+# A sync handler cancelled by the stopping worker gets this long to return with its real outcome.
+SYNC_CANCEL_GRACE = 1.0
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -167,10 +169,13 @@ class Executor:
         try:
             await asyncio.wait({future}, timeout=deadline)
         except asyncio.CancelledError:
-            # Cancelled (the worker stopping) just as the thread returned: its outcome is real and
-            # is kept; handing the attempt back would run finished work again.
-            if not work.done() or work.cancelled():
-                work.cancel()  # still queued for a thread: it must not start later
+            # Cancelled (the worker stopping): the thread cannot be stopped, so give it a moment to
+            # return; if it does, its outcome is real and is kept (handing the attempt back would
+            # run finished work again). A second cancellation (a forced stop) ends the wait.
+            if work.cancel():  # still queued for a thread: it never starts
+                raise
+            await asyncio.wait({future}, timeout=SYNC_CANCEL_GRACE)
+            if not work.done():
                 raise
             task = asyncio.current_task()
             if task is not None:

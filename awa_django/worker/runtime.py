@@ -52,7 +52,8 @@ logger = logging.getLogger(__name__)
 # (a handler that ignores cancellation, a thread, a connection that does not close).
 FORCED_EXIT_SECONDS = 0.8
 # Cancelled at the shutdown timeout, a handler gets this long to end before its row is handed back.
-HAND_BACK_GRACE = 1.0
+# (more than the executor's SYNC_CANCEL_GRACE, so a sync handler returning in that grace is kept).
+HAND_BACK_GRACE = 1.5
 
 
 class ListenerStalledError(Exception):

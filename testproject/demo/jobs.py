@@ -43,3 +43,39 @@ def record(context: JobContext, seconds: float = 0.0) -> None:
     if seconds:
         time.sleep(float(seconds))
     Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+
+
+def _poison(context: JobContext, shape: str) -> object:
+    """One of the values Postgres refuses, or an exception the worker must not die of."""
+    if shape == "result_nul":
+        return {"data": "abc\x00def"}
+    if shape == "result_surrogate":
+        return "\ud800"
+    if shape == "raise_nul":
+        raise ValueError("\x00")
+    if shape == "raise_surrogate":
+        raise ValueError("\udcff")
+    if shape == "progress_nul":
+        context.set_progress({"s": "a\x00b"})
+        return None
+    if shape == "system_exit":
+        raise SystemExit(3)
+    if shape == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if shape == "generator_exit":
+        raise GeneratorExit
+    if shape == "cancelled_error":  # raised by the handler itself: nothing cancelled it
+        raise asyncio.CancelledError
+    raise LookupError(f"unknown poison shape {shape!r}")
+
+
+@job("poison", max_attempts=1, takes_context=True)
+async def poison(context: JobContext, shape: str) -> object:
+    """Returns, raises or reports a value the worker must survive (see ``_poison``)."""
+    return _poison(context, shape)
+
+
+@job("poison_sync", max_attempts=1, takes_context=True)
+def poison_sync(context: JobContext, shape: str) -> object:
+    """``poison`` as a sync handler (run in the worker's thread pool)."""
+    return _poison(context, shape)
