@@ -12,10 +12,13 @@ import os
 import signal
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
+from psycopg import sql
 
 from awa_django.models import Job, WorkerInstance
+from tests.conftest import _DJANGO_ONLY
 from tests.harness import wait_until
 from tests.worker.support import Spawner, wait_for_row
 
@@ -37,9 +40,15 @@ def _flags() -> dict[str, Any]:
 
 
 def _allow_connections(allow: bool) -> None:
-    with connection.cursor() as cursor:
-        # The database name comes from Django's settings, not input.
-        cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" ALLOW_CONNECTIONS {allow}')
+    """Let new sessions into the test database, or not (from another database: Postgres refuses
+    this for the current one). Sessions already open stay."""
+    params = {k: v for k, v in connection.get_connection_params().items() if k not in _DJANGO_ONLY}
+    params["dbname"] = "postgres"
+    with psycopg.connect(**params, autocommit=True) as admin:
+        statement = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+            sql.Identifier(connection.settings_dict["NAME"]), sql.Literal(allow)
+        )
+        admin.execute(statement)
 
 
 @pytest.mark.slow
