@@ -79,3 +79,15 @@ async def poison(context: JobContext, shape: str) -> object:
 def poison_sync(context: JobContext, shape: str) -> object:
     """``poison`` as a sync handler (run in the worker's thread pool)."""
     return _poison(context, shape)
+
+
+@job("ignore_cancel")
+async def ignore_cancel(seconds: float = 300.0) -> None:
+    """Swallows every cancellation and sleeps on: what a careless handler does to a stopping worker."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + float(seconds)
+    while loop.time() < until:
+        try:
+            await asyncio.sleep(until - loop.time())
+        except asyncio.CancelledError:
+            continue
