@@ -17,11 +17,12 @@ transaction. There is no deadline and no heartbeat: nothing else is running to r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -89,10 +90,13 @@ class InlineExecutor(Executor):
     def __init__(self, handlers: Registry) -> None:
         super().__init__(handlers, sync_threads=1)
 
-    def call_sync(self, handler: JobHandler, context: JobContext, args: dict[str, Any]) -> Awaitable[Any]:
+    async def _run_sync(
+        self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+    ) -> Any:
         call: Callable[[], Any]
         call = partial(handler.func, context, **args) if handler.takes_context else partial(handler.func, **args)
-        return sync_to_async(call, thread_sensitive=True)()
+        running = sync_to_async(call, thread_sensitive=True)()
+        return await (running if deadline is None else asyncio.wait_for(running, deadline))
 
 
 def _loads(value: Any) -> Any:

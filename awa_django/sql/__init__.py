@@ -38,3 +38,5 @@ JOBS_CHANNEL = "awa_jobs"
 QUEUES_CHANNEL = "awa_queues"
 # Cancellation of running jobs: payload the job id; the worker holding it tells its handler.
 CANCEL_CHANNEL = "awa_cancel"
+# The LISTEN connection's health check: it NOTIFYs itself here and expects the echo back in time.
+LISTEN_PING_CHANNEL = "awa_listen_ping"

@@ -13,6 +13,13 @@ mode), it claims that many new rows of the queue, after the finished rows are wr
 passes on only as far as the allocator's rules allow (``Allocator.keepable``), so a slot is never
 without a covering permit and a queue never holds more than it would get by asking again; this
 saves the claim round trip that would otherwise follow each release.
+
+One value Postgres refuses must not stop the writer (and with it the worker). Values are
+checked before they are submitted (``storable``); should a batch still fail with an error that
+is not about the connection (a ``DataError``, say), nothing of it was written (a pipeline is one
+transaction, the hand-over claims included), so the batch is split in halves and each written
+on its own, down to the one row that fails alone: that job is failed with an error naming the
+database's complaint, and every other row is written as it was.
 """
 
 from __future__ import annotations
@@ -23,18 +30,25 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit
 from awa_django.sql import statements
 from awa_django.worker.context import COMPLETED, ClaimedJob, Outcome
 from awa_django.worker.db import retrying
+from awa_django.worker.storable import escape_json, escape_text
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
+
+# What a batch write can fail with, once transient (connection) errors have been retried away:
+# the database refusing a value or a statement, or psycopg refusing to encode a parameter.
+WRITE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, UnicodeError, ValueError, TypeError)
 
 
 class HandOver(Protocol):
@@ -53,7 +67,7 @@ class HandOver(Protocol):
 class _Finished:
     job: ClaimedJob
     outcome: Outcome
-    progress: Any
+    progress: str | None  # JSON text, None keeps the stored progress
     permit: Permit | None
     future: asyncio.Future[bool] = field(repr=False)
 
@@ -71,10 +85,10 @@ class Completer:
         self.handed_over = 0  # permits passed straight to a next job
 
     def submit(
-        self, job: ClaimedJob, outcome: Outcome, progress: Any = None, permit: Permit | None = None
+        self, job: ClaimedJob, outcome: Outcome, progress: str | None = None, permit: Permit | None = None
     ) -> asyncio.Future[bool]:
-        """Queue the attempt's final state (and last progress), taking over its permit; the future
-        says whether the row was written."""
+        """Queue the attempt's final state (and last progress, as JSON text), taking over its permit;
+        the future says whether the row was written (cancelled if the writer stopped first)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append(_Finished(job, outcome, progress, permit, future))
         self._idle.clear()
@@ -90,12 +104,31 @@ class Completer:
         await self._idle.wait()
 
     async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                await self._flush(batch)
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._pending:
+                    batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                    try:
+                        await self._flush(batch)
+                    except Exception:  # a bug, not a refused value (those are handled in _flush)
+                        logger.exception(
+                            "could not write %d finished attempt(s) job_ids=%s; their rows stay running "
+                            "until the rescue retries them",
+                            len(batch),
+                            ",".join(str(entry.job.id) for entry in batch),
+                        )
+                        for entry in batch:
+                            self._answer(entry, False)
+                self._idle.set()
+        finally:
+            # Stopped (the worker closing): nobody waits on a write that will never come.
+            pending, self._pending = self._pending, []
+            for entry in pending:
+                if entry.permit is not None:
+                    entry.permit.release()
+                entry.future.cancel()
             self._idle.set()
 
     async def _flush(self, batch: list[_Finished]) -> None:
@@ -105,6 +138,19 @@ class Completer:
         passing = {id(p) for kept, _ in plan.values() for p in kept}
         try:
             written, claimed = await retrying("writing finished jobs", functools.partial(self._write, batch, plan))
+        except WRITE_ERRORS as exc:
+            # Nothing was written nor claimed: write the rows apart, pass no permit on.
+            logger.error("a batch of %d finished attempt(s) was refused error=%r; writing it in parts", len(batch), exc)
+            assert self.hand_over is not None or not plan
+            for queue, (kept, _) in plan.items():
+                self.hand_over.adopt(queue, [], kept)  # type: ignore[union-attr]
+            plan, passing, claimed = {}, set(), {}
+            try:
+                written = await self._write_apart(batch, exc)
+            except BaseException:
+                for permit in permits:
+                    permit.release()
+                raise
         except BaseException:
             for permit in permits:
                 permit.release()
@@ -118,6 +164,61 @@ class Completer:
         for queue, (kept, _) in plan.items():
             self.handed_over += min(len(kept), len(claimed.get(queue, [])))
             self.hand_over.adopt(queue, claimed.get(queue, []), kept)  # type: ignore[union-attr]
+
+    async def _write_apart(self, batch: list[_Finished], error: BaseException) -> set[int]:
+        """Write a refused batch in halves, recursively; a row refused alone is failed instead."""
+        if len(batch) == 1:
+            return await self._write_refused(batch[0], error)
+        middle = len(batch) // 2
+        written: set[int] = set()
+        for half in (batch[:middle], batch[middle:]):
+            try:
+                done, _ = await retrying("writing finished jobs", functools.partial(self._write, half, {}))
+            except WRITE_ERRORS as exc:
+                done = await self._write_apart(half, exc)
+            written |= done
+        return written
+
+    async def _write_refused(self, entry: _Finished, error: BaseException) -> set[int]:
+        """Fail the job whose outcome the database refused, with the database's complaint."""
+        job = entry.job
+        cls = type(error)
+        reason = (
+            f"the worker could not store this attempt's outcome ({entry.outcome.state}): "
+            f"{cls.__module__}.{cls.__qualname__}: {error}; the job is failed so that it cannot stop the worker"
+        )
+        logger.error(
+            "outcome refused by the database job_id=%s kind=%s attempt=%s state=%s error=%r; failing the job",
+            job.id,
+            job.kind,
+            job.attempt,
+            entry.outcome.state,
+            error,
+        )
+        failed = _Finished(
+            job,
+            Outcome(
+                "failed",
+                error={
+                    "error": escape_text(reason),
+                    "attempt": job.attempt,
+                    "at": datetime.now(timezone.utc).isoformat(),
+                },
+            ),
+            None,
+            None,
+            entry.future,
+        )
+        try:
+            done, _ = await retrying("failing a refused outcome", functools.partial(self._write, [failed], {}))
+        except WRITE_ERRORS as exc:
+            logger.error(
+                "could not fail the job either job_id=%s error=%r; its row stays running until the rescue",
+                job.id,
+                exc,
+            )
+            return set()
+        return done
 
     def _answer(self, entry: _Finished, ok: bool) -> None:
         job = entry.job
@@ -164,8 +265,11 @@ class Completer:
             "leases": [e.job.run_lease for e in final],
             "states": [e.outcome.state for e in final],
             "delays": [e.outcome.delay for e in final],
-            "errors": [None if e.outcome.error is None else json.dumps(e.outcome.error, default=str) for e in final],
+            "errors": [
+                None if e.outcome.error is None else json.dumps(escape_json(e.outcome.error), default=str)
+                for e in final
+            ],
             "refunds": [e.outcome.refund for e in final],
-            "progress": [None if e.progress is None else json.dumps(e.progress) for e in final],
+            "progress": [e.progress for e in final],
             "results": [e.outcome.result for e in final],
         }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from awa_django.worker.storable import to_json
 
 
 @dataclass(slots=True)
@@ -31,15 +34,19 @@ class JobContext:
     Safe to use from async handlers and from sync handlers in worker threads.
     """
 
-    __slots__ = ("_cancel", "_progress", "finishing", "job")
+    __slots__ = ("_cancel", "_progress", "_progress_json", "finishing", "job", "running_thread")
 
     def __init__(self, job: ClaimedJob) -> None:
         self.job = job
         self._cancel = threading.Event()
         self._progress: Any = None
+        self._progress_json: str | None = None  # as it was when set: later mutation does not leak in
         # Set once the handler returned and its final state is on its way to the database: the
         # heartbeat leaves the attempt alone from then on.
         self.finishing = False
+        # A sync handler's thread still running past the deadline (the attempt has ended): the
+        # worker keeps the attempt's slot until this future is done.
+        self.running_thread: asyncio.Future[Any] | None = None
 
     @property
     def job_id(self) -> int:
@@ -78,15 +85,23 @@ class JobContext:
         self._cancel.set()
 
     def set_progress(self, value: Any) -> None:
-        """Record progress (any JSON value); written with the next heartbeat."""
-        import json
+        """Record progress (any JSON value); written with the next heartbeat.
 
-        json.dumps(value, allow_nan=False)  # refuse what Postgres could not store, here and now
-        self._progress = value
+        Raises ``UnstorableValueError`` (a ``ValueError``) here and now, in the handler, for a value
+        Postgres could not store (not JSON, NaN, a NUL character or an unpaired surrogate in a
+        string), naming where it is; the progress stored before stays.
+        """
+        text = to_json(value, "the progress value")
+        self._progress, self._progress_json = value, text
 
     @property
     def progress(self) -> Any:
         return self._progress
+
+    @property
+    def progress_json(self) -> str | None:
+        """The last progress as JSON text (checked storable), or None if none was set."""
+        return self._progress_json
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,8 +45,13 @@ def connection_kwargs(alias: str) -> dict[str, Any]:
     return params
 
 
-async def connect(alias: str) -> psycopg.AsyncConnection[Any]:
-    return await psycopg.AsyncConnection.connect(**connection_kwargs(alias))
+async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnection[Any]:
+    """A dedicated connection; ``purpose`` is appended to its application_name (``awa_worker:listen``)
+    so operators (and tests) can tell it apart in pg_stat_activity."""
+    kwargs = connection_kwargs(alias)
+    if purpose is not None:
+        kwargs["application_name"] = f"{kwargs['application_name']}:{purpose}"
+    return await psycopg.AsyncConnection.connect(**kwargs)
 
 
 def make_pool(alias: str, size: int) -> AsyncConnectionPool:

@@ -2,19 +2,27 @@
 
 ``async def`` handlers are awaited on the worker's loop; plain ``def`` handlers run in a bounded
 thread pool and close their Django connections afterwards. Nothing a handler raises escapes:
-every exception becomes an outcome (retry with backoff, fail, snooze, cancel). Only
-``asyncio.CancelledError`` (the worker stopping) propagates.
+every exception becomes an outcome (retry with backoff, fail, snooze, cancel), and so does a
+``BaseException`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, a ``CancelledError``
+the handler raised itself): only the worker's own signals stop the worker. Only the worker's own
+cancellation of the attempt (stopping, handing back) propagates, as ``asyncio.CancelledError``.
+
+Every value of an outcome is storable: a return value Postgres cannot store fails the attempt
+with an error naming what is wrong, and error texts and tracebacks have NUL characters and
+unpaired surrogates escaped (``storable``).
+
+A sync handler past its deadline cannot be stopped (Python threads cannot be killed): its
+attempt ends at the deadline, and ``JobContext.running_thread`` is left set to the thread's
+future, so the caller keeps the attempt's slot until the thread really returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import random
 import threading
 import traceback
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -23,11 +31,15 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
-from awa_django.validation import UnstorableValueError, storable_json
+from awa_django.validation import UnstorableValueError as ValidationUnstorableError
+from awa_django.validation import storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.worker.storable import escape_json, find_problem
 
 MAX_BACKOFF = 24 * 3600.0
 TRACEBACK_LIMIT = 20_000
+# A sync handler cancelled by the stopping worker gets this long to return with its real outcome.
+SYNC_CANCEL_GRACE = 1.0
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -47,7 +59,9 @@ def error_entry(job: ClaimedJob, error: str, exc: BaseException | None = None) -
         cls = type(exc)
         entry["exception"] = f"{cls.__module__}.{cls.__qualname__}"
         entry["traceback"] = "".join(traceback.format_exception(exc))[-TRACEBACK_LIMIT:]
-    return entry
+    # Error texts are kept, with what Postgres cannot store (NUL, unpaired surrogates) escaped.
+    escaped: dict[str, Any] = escape_json(entry)
+    return escaped
 
 
 def describe(exc: BaseException) -> str:
@@ -79,12 +93,6 @@ class Executor:
             close_old_connections()
             with self._lock:
                 self.sync_running -= 1
-
-    def call_sync(self, handler: JobHandler, context: JobContext, args: dict[str, Any]) -> Awaitable[Any]:
-        """Start a plain ``def`` handler: here in the thread pool. A seam: ``awa_django.inline`` runs it
-        in the caller's thread instead, on the caller's Django connection."""
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self.threads, functools.partial(self._call_sync, handler, context, args))
 
     def _bind_error(self, handler: JobHandler, args: dict[str, Any]) -> str | None:
         """Why these args cannot call the handler (a TypeError a retry would repeat), or None."""
@@ -121,11 +129,13 @@ class Executor:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
                 result = await (call if deadline is None else asyncio.wait_for(call, deadline))
             else:
-                future = self.call_sync(handler, context, args)
-                result = await (future if deadline is None else asyncio.wait_for(future, deadline))
+                result = await self._run_sync(handler, context, args, deadline)
             return COMPLETED if result is None else self._completed_with(job, result)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the worker cancelled this attempt (stopping, handing back)
+            return self._retry_or_fail(job, f"the handler raised {describe(exc)} itself (nothing cancelled it)", exc)
         except Snooze as snooze:
             return Outcome("scheduled", delay=snooze.delay, refund=1)
         except RetryAfter as retry:
@@ -138,22 +148,63 @@ class Executor:
             return Outcome("failed", error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
             context.cancel()
-            return self._retry_or_fail(job, f"deadline exceeded: the handler ran longer than {deadline}s", exc)
+            error = f"deadline exceeded: the handler ran longer than {deadline}s"
+            if context.running_thread is not None:
+                error += "; its thread is still running and keeps its slot until it returns"
+            return self._retry_or_fail(job, error, exc)
         except Exception as exc:
             return self._retry_or_fail(job, describe(exc), exc)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit… from the handler
+            return self._retry_or_fail(
+                job, f"the handler raised {describe(exc)}; recorded as this attempt's failure (the worker runs on)", exc
+            )
+
+    async def _run_sync(
+        self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+    ) -> Any:
+        """The sync handler's return value, from a pool thread. Past the deadline: TimeoutError,
+        with ``context.running_thread`` set to the thread's future (it keeps running)."""
+        work = self.threads.submit(self._call_sync, handler, context, args)
+        future = asyncio.wrap_future(work)
+        # Whoever ends up not awaiting it must not leave "exception never retrieved" behind.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            await asyncio.wait({future}, timeout=deadline)
+        except asyncio.CancelledError:
+            # Cancelled (the worker stopping): the thread cannot be stopped, so give it a moment to
+            # return; if it does, its outcome is real and is kept (handing the attempt back would
+            # run finished work again). A second cancellation (a forced stop) ends the wait.
+            if work.cancel():  # still queued for a thread: it never starts
+                raise
+            await asyncio.wait({future}, timeout=SYNC_CANCEL_GRACE)
+            if not work.done():
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        if not work.done():
+            context.running_thread = future
+            raise TimeoutError
+        return work.result()
 
     def _completed_with(self, job: ClaimedJob, result: Any) -> Outcome:
         # storable_json never raises anything but UnstorableValueError (a 5,000-deep list is not a
         # handler failure to retry): the job fails at once, saying why.
         try:
             text = storable_json(result)
-        except UnstorableValueError as exc:
+        except ValidationUnstorableError as exc:
+            # Say where, when it is a bad character (NUL, a lone surrogate) somewhere inside.
+            try:
+                where = find_problem(result, "the handler's return value")
+            except RecursionError:
+                where = None
             return Outcome(
                 "failed",
                 error=error_entry(
                     job,
                     f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: "
-                    f"{exc.reason}); return None or JSON-serialisable data (str, int, float, bool, None, list, dict)",
+                    f"{exc.reason}){'; ' + where if where else ''}; return None or JSON-serialisable data "
+                    "(str, int, float, bool, None, list, dict)",
                 ),
             )
         return Outcome("completed", result=text)

@@ -4,10 +4,13 @@ Tasks, each named: one dispatcher per queue, the batched writer, the LISTEN loop
 loop, the maintenance loop (leader only does the work), the snapshot loop and the configuration
 re-read loop. A side task that dies is noticed, logged, and stops the worker with an error.
 
-Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout; hand back
-what is still running (retryable, due now, guarded by run_lease); cancel those tasks; flush the
-writer; release; remove this worker's snapshot; close connections. A second signal stops at once
-and the rescue path recovers whatever was left running.
+Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout; cancel
+the handlers still running, and hand back (retryable, due now, guarded by run_lease) only the
+attempts whose handler did not return: one that returned, even at the last moment, is written
+with its real outcome; flush the writer (bounded); release; remove this worker's snapshot; close
+connections. A second signal stops at once (every wait above gives way to it, and a watchdog
+ends the process within a second if something still holds it) and the rescue path recovers
+whatever was left running.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
@@ -33,9 +37,9 @@ from awa_django.concurrency import Allocator, Permit, release_all
 from awa_django.exceptions import ConfigurationError
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
-from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
 from awa_django.worker.capacity import ClusterMember
-from awa_django.worker.completer import Completer
+from awa_django.worker.completer import WRITE_ERRORS, Completer
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob, JobContext
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect, make_pool, retrying
@@ -44,6 +48,20 @@ from awa_django.worker.executor import Executor
 from awa_django.worker.maintenance import Maintenance
 
 logger = logging.getLogger(__name__)
+
+# After a second stop signal the process ends within this many seconds, whatever still holds it
+# (a handler that ignores cancellation, a thread, a connection that does not close).
+FORCED_EXIT_SECONDS = 0.8
+# Cancelled at the shutdown timeout, a handler gets this long to end before its row is handed back.
+# (more than the executor's SYNC_CANCEL_GRACE, so a sync handler returning in that grace is kept).
+HAND_BACK_GRACE = 1.5
+
+
+class ListenerStalledError(Exception):
+    """The LISTEN connection stopped answering its health check (dead or half-open)."""
+
+
+LISTEN_LOST: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ListenerStalledError)
 
 
 class Worker:
@@ -65,6 +83,9 @@ class Worker:
         self._wake_scheduled = False
         self.dispatchers: dict[str, Dispatcher] = {}
         self.in_flight: dict[int, tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
+        # Sync handlers past their deadline whose thread still runs: the row is written, the slot held.
+        self.overrunning: set[int] = set()
+        self._owns_process = False  # signal handlers installed: this worker is the process
         self.executor = Executor(self.registry, config.sync_threads)
         self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
         self.completer = Completer(self.pool, hand_over=self)
@@ -93,12 +114,26 @@ class Worker:
                 self.forced = True
                 self._forced_event.set()
                 self._stop.set()
+                if self._owns_process:
+                    self._arm_forced_exit()
             return
         logger.info("stopping: no new claims; in-flight jobs get %.1fs", self.config.shutdown_timeout)
         self.stopping = True
         for dispatcher in self.dispatchers.values():
             dispatcher.wake.set()
         self._stop.set()
+
+    def _arm_forced_exit(self) -> None:
+        """End the process shortly even if something ignores the stop (second signal only)."""
+
+        def expire() -> None:
+            logger.error("forced stop still not done after %.1fs; exiting the process now", FORCED_EXIT_SECONDS)
+            logging.shutdown()
+            os._exit(1)
+
+        timer = threading.Timer(FORCED_EXIT_SECONDS, expire)
+        timer.daemon = True
+        timer.start()
 
     def request_stop_threadsafe(self) -> None:
         if self._loop is not None:
@@ -162,15 +197,18 @@ class Worker:
         self.in_flight[job.id] = (job, context, task)
 
     async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
-        submitted = False
+        handed_to_writer = False
         try:
             deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
             outcome = await self.executor.execute(job, context, deadline)
             context.finishing = True
             # The writer takes the permit over: it frees the slot once the row is written, or
-            # passes it to the queue's next job in the same round trip.
-            written = self.completer.submit(job, outcome, context.progress, permit)
-            submitted = True
+            # passes it to the queue's next job in the same round trip. Not so for a sync handler
+            # past its deadline: its row is written now, but its thread still runs, and keeps the
+            # slot until it returns, so no more handlers execute than there are permits.
+            thread = context.running_thread
+            written = self.completer.submit(job, outcome, context.progress_json, permit if thread is None else None)
+            handed_to_writer = thread is None
             try:
                 await asyncio.shield(written)
             except asyncio.CancelledError:
@@ -178,9 +216,22 @@ class Worker:
                     with contextlib.suppress(asyncio.CancelledError):
                         await written
                 raise
+            if thread is not None:
+                self.in_flight.pop(job.id, None)  # finished as far as the row goes: not drained
+                self.overrunning.add(job.id)
+                logger.warning(
+                    "sync handler past its deadline still running job_id=%s kind=%s deadline=%s; "
+                    "its slot stays taken until its thread returns",
+                    job.id,
+                    job.kind,
+                    deadline,
+                )
+                await asyncio.wait({thread})
+                logger.info("overrunning sync handler returned job_id=%s kind=%s; slot freed", job.id, job.kind)
         finally:
             self.in_flight.pop(job.id, None)
-            if not submitted:
+            self.overrunning.discard(job.id)
+            if not handed_to_writer:
                 permit.release()
 
     # --- hand-over (the writer passes permits straight to the next jobs) -------------
@@ -283,6 +334,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.request_stop)
+                self._owns_process = True
 
     async def _drain(self) -> None:
         """Stop claiming, then wait for in-flight jobs within the timeout; a second signal cuts
@@ -306,7 +358,17 @@ class Worker:
                 return
         if any(not task.done() for _, _, task in self.in_flight.values()):
             await self._hand_back()
-        await self._unless_forced(self.completer.wait_idle())
+        # The last results: bounded too, a database that stays away must not hold the stop forever.
+        flush = max(self.config.shutdown_timeout, 5.0)
+        try:
+            await self._unless_forced(asyncio.wait_for(self.completer.wait_idle(), flush))
+        except TimeoutError:
+            logger.error(
+                "could not write %d finished attempt(s) within %.1fs of stopping; their rows stay running "
+                "until the rescue retries them",
+                self.completer.pending,
+                flush,
+            )
 
     async def _unless_forced(self, awaitable: Awaitable[Any]) -> bool:
         """Await ``awaitable`` unless the stop is escalated first; True if it finished."""
@@ -322,7 +384,26 @@ class Worker:
         return False
 
     async def _hand_back(self) -> None:
-        left = [(job, context, task) for job, context, task in self.in_flight.values() if not task.done()]
+        """Cancel the handlers still running, then hand back the attempts that did not return.
+
+        An attempt whose handler has returned (``finishing``) is never handed back: its outcome is
+        written by the writer. The handlers are cancelled first and given a moment to end, so one
+        that returns meanwhile (an async handler that finishes on cancellation, a sync handler
+        whose thread returned as the stop came) is written with its real outcome too.
+        """
+        left = [
+            (job, context, task)
+            for job, context, task in self.in_flight.values()
+            if not task.done() and not context.finishing
+        ]
+        if not left:
+            return
+        for _, context, task in left:
+            context.cancel()
+            task.cancel()
+        if not await self._unless_forced(asyncio.wait([task for _, _, task in left], timeout=HAND_BACK_GRACE)):
+            return
+        left = [(job, context, task) for job, context, task in left if not context.finishing]
         if not left:
             return
         logger.warning(
@@ -342,13 +423,9 @@ class Worker:
                 await conn.execute(statements["release_jobs"], params)
 
         try:
-            await retrying("release_jobs", write, attempts=5)
-        except TRANSIENT_ERRORS as exc:
+            await self._unless_forced(retrying("release_jobs", write, attempts=5))
+        except WRITE_ERRORS as exc:
             logger.error("could not hand back %d job(s): %r; the rescue path will recover them", len(left), exc)
-        for _, context, task in left:
-            context.cancel()
-            task.cancel()
-        await asyncio.gather(*(task for _, _, task in left), return_exceptions=True)
 
     async def _close(self) -> None:
         self.stopping = True
@@ -358,15 +435,22 @@ class Worker:
                 task.cancel()
         for task in self._tasks.values():
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        # Each step bounded: a task that ignores cancellation or a connection that hangs must not
+        # hold the stop (after a second signal, the watchdog ends the process regardless).
+        grace = 0.2 if self.forced else 5.0
+        _, stuck = await asyncio.wait(self._tasks.values(), timeout=grace) if self._tasks else (set(), set())
+        if stuck:
+            logger.error("side task(s) did not stop within %.1fs: %s", grace, ",".join(t.get_name() for t in stuck))
         if not self.forced:
             if self.cluster is not None:
-                await self.cluster.leave()
-            with contextlib.suppress(*TRANSIENT_ERRORS):
-                async with self.pool.connection(timeout=2) as conn:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.cluster.leave(), 2)
+            with contextlib.suppress(*WRITE_ERRORS, TimeoutError):
+                async with asyncio.timeout(2), self.pool.connection(timeout=2) as conn:
                     await conn.execute(statements["delete_worker_instance"], {"instance_id": self.instance_id})
-        await self.maintenance.close()
-        await self.pool.close(timeout=2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.maintenance.close(), grace)
+        await self.pool.close(timeout=grace)
         self.executor.shutdown()
         logger.info(
             "worker stopped instance=%s written=%d lost=%d",
@@ -381,15 +465,24 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
 
+    def listen_check_interval(self) -> float:
+        """How often the LISTEN connection proves it works (a self-NOTIFY round trip); a check
+        not answered within one interval means the connection is dead or half-open."""
+        return max(0.2, min(self.config.heartbeat_interval, 5.0))
+
     async def _listen(self) -> None:
-        """LISTEN for wake-ups; on any connection loss reconnect with backoff and wake everyone."""
+        """LISTEN for wake-ups; on any connection loss reconnect with backoff and wake everyone.
+
+        A connection can die without a word (a half-open TCP connection, a stopped backend): then
+        no error ever comes, only silence. So the connection NOTIFYs itself every check interval and
+        must hear the echo before the next check; ``listening`` is true only while it does."""
         if not self.config.listen:
             logger.warning("LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval)
             return
         backoff = Backoff()
         while not self.stopping:
             try:
-                conn = await connect(self.config.database_alias)
+                conn = await connect(self.config.database_alias, purpose="listen")
             except TRANSIENT_ERRORS as exc:
                 delay = backoff.next()
                 logger.warning("LISTEN connection failed, retrying in %.2fs error=%r", delay, exc)
@@ -398,7 +491,7 @@ class Worker:
             try:
                 async with conn:
                     try:
-                        for channel in (JOBS_CHANNEL, QUEUES_CHANNEL, CANCEL_CHANNEL):
+                        for channel in (JOBS_CHANNEL, QUEUES_CHANNEL, CANCEL_CHANNEL, LISTEN_PING_CHANNEL):
                             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     except psycopg.errors.FeatureNotSupported as exc:
                         logger.warning(
@@ -410,15 +503,37 @@ class Worker:
                     self.listening = True
                     backoff.reset()
                     self._probe_now.set()  # we may have missed notifications: look at every queue
-                    async for notify in conn.notifies():
-                        self._on_notify(notify.channel, notify.payload)
-            except TRANSIENT_ERRORS as exc:
+                    await self._receive(conn)
+            except LISTEN_LOST as exc:
                 self.listening = False
                 delay = backoff.next()
                 logger.warning("LISTEN connection lost, reconnecting in %.2fs error=%r", delay, exc)
                 await self._sleep(delay)
             finally:
                 self.listening = False
+
+    async def _receive(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Handle notifications; every interval, check the previous self-NOTIFY came back and send
+        the next one. Raises ListenerStalledError when the connection stopped answering."""
+        interval = self.listen_check_interval()
+        waiting_for: str | None = None
+        while not self.stopping:
+            async for notify in conn.notifies(timeout=interval):
+                if notify.channel == LISTEN_PING_CHANNEL:
+                    if notify.payload == waiting_for:
+                        waiting_for = None
+                    continue
+                self._on_notify(notify.channel, notify.payload)
+            if waiting_for is not None:
+                raise ListenerStalledError(f"the LISTEN connection's self-NOTIFY did not come back within {interval}s")
+            waiting_for = uuid.uuid4().hex
+            ping = {"channel": LISTEN_PING_CHANNEL, "token": waiting_for}
+            try:
+                await asyncio.wait_for(conn.execute(statements["notify_listener_ping"], ping), interval)
+            except TimeoutError:
+                raise ListenerStalledError(
+                    f"the LISTEN connection did not answer its health check within {interval}s"
+                ) from None
 
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == JOBS_CHANNEL:
@@ -482,7 +597,7 @@ class Worker:
                 continue
             ids = [job.id for job, _, _ in entries]
             leases = [job.run_lease for job, _, _ in entries]
-            progress = [None if c.progress is None else json.dumps(c.progress) for _, c, _ in entries]
+            progress = [c.progress_json for _, c, _ in entries]
 
             async def beat(
                 ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
@@ -498,6 +613,15 @@ class Worker:
             except TRANSIENT_ERRORS as exc:
                 logger.warning("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), exc)
                 continue
+            except WRITE_ERRORS as exc:
+                # Progress is checked when it is set, so this should not happen; if it does, the
+                # attempts must still prove they are alive: beat again without the progress.
+                logger.error("heartbeat refused for %d job(s) error=%r; beating again without progress", len(ids), exc)
+                try:
+                    alive = await beat(progress=[None] * len(ids))
+                except WRITE_ERRORS as again:
+                    logger.error("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), again)
+                    continue
             for job, context, _ in entries:
                 if job.id not in alive and not context.finishing:
                     logger.warning(
@@ -513,7 +637,7 @@ class Worker:
         while not self.stopping:
             try:
                 await self.write_snapshot()
-            except TRANSIENT_ERRORS as exc:
+            except WRITE_ERRORS as exc:
                 logger.warning("snapshot write failed: %r", exc)
             await self._sleep(interval)
 
@@ -542,6 +666,8 @@ class Worker:
                 "in_flight": len(self.in_flight),
                 "sync_running": self.executor.sync_running,
                 "capacity_scope": self.config.capacity_scope,
+                # sync handlers past their deadline whose threads still run, each holding its slot
+                "sync_overrunning": len(self.overrunning),
             }
             if self.cluster is not None:
                 flags["cluster_caps"] = self.cluster.caps

@@ -60,6 +60,7 @@ async def send_welcome(user_id: int) -> str:
     await sync_to_async(send_mail)("Welcome", f"Hello {user.email}!", "noreply@example.com", [user.email])
     return str(user.email)
 
+
 # A periodic job: every 10 seconds (six fields: seconds first). Declared paused, so the workers
 # the test suite starts never fire it; `manage.py demo` resumes it, and the admin can too.
 @job(
@@ -79,3 +80,51 @@ async def demo_tick(context: JobContext, greeting: str) -> None:
         context.metadata.get("fire_at"),
         context.job_id,
     )
+
+
+def _poison(context: JobContext, shape: str) -> object:
+    """One of the values Postgres refuses, or an exception the worker must not die of."""
+    if shape == "result_nul":
+        return {"data": "abc\x00def"}
+    if shape == "result_surrogate":
+        return "\ud800"
+    if shape == "raise_nul":
+        raise ValueError("\x00")
+    if shape == "raise_surrogate":
+        raise ValueError("\udcff")
+    if shape == "progress_nul":
+        context.set_progress({"s": "a\x00b"})
+        return None
+    if shape == "system_exit":
+        raise SystemExit(3)
+    if shape == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if shape == "generator_exit":
+        raise GeneratorExit
+    if shape == "cancelled_error":  # raised by the handler itself: nothing cancelled it
+        raise asyncio.CancelledError
+    raise LookupError(f"unknown poison shape {shape!r}")
+
+
+@job("poison", max_attempts=1, takes_context=True)
+async def poison(context: JobContext, shape: str) -> object:
+    """Returns, raises or reports a value the worker must survive (see ``_poison``)."""
+    return _poison(context, shape)
+
+
+@job("poison_sync", max_attempts=1, takes_context=True)
+def poison_sync(context: JobContext, shape: str) -> object:
+    """``poison`` as a sync handler (run in the worker's thread pool)."""
+    return _poison(context, shape)
+
+
+@job("ignore_cancel")
+async def ignore_cancel(seconds: float = 300.0) -> None:
+    """Swallows every cancellation and sleeps on: what a careless handler does to a stopping worker."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + float(seconds)
+    while loop.time() < until:
+        try:
+            await asyncio.sleep(until - loop.time())
+        except asyncio.CancelledError:
+            continue

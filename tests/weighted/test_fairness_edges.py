@@ -48,7 +48,7 @@ def test_newcomer__weight_1_beside_weight_10_starts_within_1s_and_averages_its_s
     mean_b, mean_a = _mean(window, "B"), _mean(window, "A")
     print(
         f"[edges] newcomer: B started {first * 1000:.0f} ms after commit; B {mean_b:.2f} (ideal 0.91), A {mean_a:.2f}"
-    )  # noqa: E501
+    )
     assert all(s.available["A"] > 0 and s.available["B"] > 0 for s in window), "both must stay loaded"
     assert first <= 1.0
     assert mean_b >= 0.7 * 10 / 11
