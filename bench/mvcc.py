@@ -1,0 +1,255 @@
+"""Throughput and pickup latency while another transaction holds an old snapshot (issue 16).
+
+While any transaction holds an old snapshot, vacuum cannot remove the row versions that claims
+and completions leave behind, and an index scan that starts at the front of the ready jobs walks
+over every one of them. This script measures that, one ``awa_worker`` subprocess at a time:
+
+    python bench/mvcc.py drain --sizes 30000,100000 --reps 2
+    python bench/mvcc.py steady --seconds 600 --rate 2500
+
+``drain`` enqueues N noop jobs (COPY), then runs one worker until all are done, once without
+and once with a second connection holding ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT
+count(*) FROM awa_job`` for the whole drain; the two runs alternate, back to back, so the ratio
+survives a machine shared with other work. The rate is N over the database's own span from the
+first claim to the last completion (no process start-up in it).
+
+``steady`` holds the old snapshot throughout and enqueues at a fixed rate (one job per
+transaction, like an application) while one worker runs; it prints pickup p50/p99 (claim time
+minus run_at) per minute, and the last minute's p99 over the first's.
+
+The database is ``awa_bench_mvcc`` on the embedded server (or DATABASE_URL's server); each run
+starts from an emptied, vacuumed ``awa_job``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DB_NAME = "awa_bench_mvcc"
+QUEUE = "bench"
+
+
+def setup() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    os.environ["AWA_DB_NAME"] = DB_NAME
+    import psycopg
+
+    from testproject import settings
+
+    admin = dict(settings.DATABASES["default"])
+    with psycopg.connect(**conninfo(admin, "postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
+            conn.execute(f"CREATE DATABASE {DB_NAME}")  # a constant of this module
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def conninfo(db: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    info = {"dbname": name or db["NAME"], "user": db.get("USER") or None, "host": db.get("HOST") or None}
+    if db.get("PORT"):
+        info["port"] = db["PORT"]
+    if db.get("PASSWORD"):
+        info["password"] = db["PASSWORD"]
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def connect() -> Any:
+    import psycopg
+    from django.conf import settings
+
+    return psycopg.connect(**conninfo(settings.DATABASES["default"]), autocommit=True)
+
+
+def reset() -> None:
+    with connect() as conn:
+        conn.execute("TRUNCATE awa_job")
+        conn.execute("VACUUM ANALYZE awa_job")
+
+
+def enqueue(n: int) -> None:
+    from awa_django.models import Job
+
+    batch = 10_000
+    for start in range(0, n, batch):
+        Job.objects.enqueue_many([{"kind": "noop", "queue": QUEUE} for _ in range(min(batch, n - start))])
+
+
+class OldSnapshot:
+    """A second connection holding one REPEATABLE READ snapshot taken now, until closed."""
+
+    def __init__(self) -> None:
+        self.conn = connect()
+        self.conn.autocommit = False
+        self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.conn.execute("SELECT count(*) FROM awa_job").fetchone()
+
+    def close(self) -> None:
+        self.conn.rollback()
+        self.conn.close()
+
+
+def start_worker() -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AWA_DB_NAME=DB_NAME)
+    return subprocess.Popen(  # noqa: S603 - our own manage.py
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", QUEUE],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_done(n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with connect() as conn:
+        while time.monotonic() < deadline:
+            (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
+            if done >= n:
+                return
+            time.sleep(0.2)
+    raise SystemExit(f"the drain of {n} jobs did not finish within {timeout:.0f} s")
+
+
+def drain_once(n: int, old_snapshot: bool) -> float:
+    reset()
+    enqueue(n)
+    snapshot = OldSnapshot() if old_snapshot else None
+    worker = start_worker()
+    try:
+        wait_done(n, timeout=max(120.0, n / 200))
+    finally:
+        stop_worker(worker)
+        if snapshot is not None:
+            snapshot.close()
+    with connect() as conn:
+        (span,) = conn.execute(
+            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job"
+        ).fetchone()
+    return n / float(span)
+
+
+def sizes_of(conn: Any) -> str:
+    row = conn.execute(
+        "SELECT pg_size_pretty(pg_table_size('awa_job')), pg_size_pretty(pg_indexes_size('awa_job'))"
+    ).fetchone()
+    return f"table={row[0]} indexes={row[1]}"
+
+
+def drain(args: argparse.Namespace) -> None:
+    print("| jobs drained | no old snapshot (/s) | old snapshot held (/s) | ratio |")
+    print("| ---: | ---: | ---: | ---: |")
+    for n in args.sizes:
+        ratios, plain, held = [], [], []
+        for _ in range(args.reps):
+            a = drain_once(n, old_snapshot=False)
+            b = drain_once(n, old_snapshot=True)
+            plain.append(a)
+            held.append(b)
+            ratios.append(b / a)
+            print(f"  n={n} plain={a:.0f}/s held={b:.0f}/s ratio={b / a:.2f}", file=sys.stderr, flush=True)
+        print(
+            f"| {n:,} | {statistics.median(plain):,.0f} | {statistics.median(held):,.0f} "
+            f"| {statistics.median(ratios):.2f} |",
+            flush=True,
+        )
+
+
+def steady(args: argparse.Namespace) -> None:
+    from awa_django.models import Job
+
+    reset()
+    snapshot = OldSnapshot()
+    worker = start_worker()
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def produce() -> None:
+        interval = 1.0 / args.rate
+        nxt = time.monotonic()
+        while not stop.is_set() and time.monotonic() - started < args.seconds:
+            Job.objects.enqueue("noop", {}, queue=QUEUE)
+            nxt += interval
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    producer = threading.Thread(target=produce, name="producer")
+    producer.start()
+    try:
+        producer.join()
+        time.sleep(2)  # let the last jobs be claimed; every job is counted below either way
+    finally:
+        stop.set()
+        stop_worker(worker)
+        snapshot.close()
+    with connect() as conn:
+        rows = conn.execute(
+            """
+            SELECT floor(extract(epoch FROM run_at - min(run_at) OVER ()) / %s)::int AS bucket,
+                   extract(epoch FROM attempted_at - run_at) * 1000 AS pickup_ms
+            FROM awa_job WHERE attempted_at IS NOT NULL
+            """,
+            [args.bucket],
+        ).fetchall()
+        (unclaimed,) = conn.execute("SELECT count(*) FROM awa_job WHERE attempted_at IS NULL").fetchone()
+        print(f"jobs={len(rows)} never claimed={unclaimed} {sizes_of(conn)}")
+    buckets: dict[int, list[float]] = {}
+    for bucket, ms in rows:
+        buckets.setdefault(bucket, []).append(float(ms))
+    print(f"| window ({args.bucket:.0f} s) | jobs | pickup p50 (ms) | pickup p99 (ms) |")
+    print("| ---: | ---: | ---: | ---: |")
+    p99s = []
+    for bucket in sorted(buckets):
+        values = sorted(buckets[bucket])
+        p50 = values[len(values) // 2]
+        p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
+        p99s.append(p99)
+        print(f"| {bucket} | {len(values)} | {p50:.1f} | {p99:.1f} |")
+    full = [p for b, p in zip(sorted(buckets), p99s, strict=True) if len(buckets[b]) > args.rate * args.bucket * 0.5]
+    if len(full) >= 2:
+        print(f"last/first window p99 = {full[-1] / full[0]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("drain", help="drain N jobs with and without an old snapshot, back to back")
+    d.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[30_000, 100_000, 300_000])
+    d.add_argument("--reps", type=int, default=1)
+    s = sub.add_parser("steady", help="enqueue at a fixed rate with an old snapshot held; pickup p99 over time")
+    s.add_argument("--seconds", type=float, default=600.0)
+    s.add_argument("--rate", type=float, required=True, help="jobs per second (half the measured drain rate)")
+    s.add_argument("--bucket", type=float, default=60.0, help="window length in seconds")
+    args = parser.parse_args()
+    setup()
+    if args.command == "drain":
+        drain(args)
+    else:
+        steady(args)
+
+
+if __name__ == "__main__":
+    main()
