@@ -4,6 +4,10 @@
 --   entry), refunds (int[]: 1 gives the attempt back, as a snooze does), progress (jsonb[], NULL
 --   keeps the stored value), results (jsonb[]: the handler's return value, NULL for none).
 -- Guard: (id, state = 'running', run_lease) as in complete_jobs. Terminal states set finalized_at.
+-- Index: the primary key, one probe per id. The state guard is written `(j.state = 'running') IS TRUE`
+--   so the planner cannot prove the running-only partial indexes apply: their estimates count live
+--   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
+--   ran, and a plan that scans one of them and hash-joins the ids costs the whole history per batch.
 UPDATE awa_job AS j
 SET state = d.state,
     run_at = CASE WHEN d.delay IS NULL THEN j.run_at ELSE now() + d.delay * interval '1 second' END,
@@ -19,6 +23,6 @@ FROM unnest(
     %(errors)s::jsonb[], %(refunds)s::int[], %(progress)s::jsonb[], %(results)s::jsonb[]
 ) AS d(id, lease, state, delay, error, refund, progress, result)
 WHERE j.id = d.id
-  AND j.state = 'running'
+  AND (j.state = 'running') IS TRUE
   AND j.run_lease = d.lease
 RETURNING j.id

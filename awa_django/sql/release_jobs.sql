@@ -2,6 +2,10 @@
 -- retryable and due now (or failed when it was the last attempt), with an error entry, so they do
 -- not wait for their heartbeat to go stale. Parameters: ids (bigint[]), leases (bigint[]),
 -- reason (text). Guard: (id, running, run_lease).
+-- Index: the primary key, one probe per id. The state guard is written `(j.state = 'running') IS TRUE`
+--   so the planner cannot prove the running-only partial indexes apply: their estimates count live
+--   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
+--   ran, and a plan that scans one of them and hash-joins the ids costs the whole history per batch.
 UPDATE awa_job AS j
 SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
     run_at = now(),
@@ -13,6 +17,6 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
     deadline_at = NULL
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
 WHERE j.id = d.id
-  AND j.state = 'running'
+  AND (j.state = 'running') IS TRUE
   AND j.run_lease = d.lease
 RETURNING j.id

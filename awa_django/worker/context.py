@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from awa_django.worker.storable import to_json
@@ -23,6 +24,7 @@ class ClaimedJob:
     run_lease: int
     priority: int
     metadata: dict[str, Any]
+    run_at: datetime | None = None  # the claim's lane cursor moves to (run_at, id)
 
 
 class JobContext:

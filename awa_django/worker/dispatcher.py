@@ -30,6 +30,7 @@ from awa_django.concurrency import Permit, TokenBucket, release_all
 from awa_django.sql import statements
 from awa_django.worker.context import ClaimedJob
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
+from awa_django.worker.lanes import LaneCursors
 
 if TYPE_CHECKING:
     from awa_django.worker.config import QueueConfig
@@ -54,6 +55,9 @@ class Dispatcher:
         self.nudges = 0
         self.polling = False
         self.claimed_total = 0
+        # Where each priority lane's claim scan starts (worker/lanes.py: why, and the rescans).
+        self.lanes = LaneCursors()
+        self.hand_over_generation = 0
         self._apply(config)
 
     def apply(self, config: QueueConfig) -> None:
@@ -183,12 +187,21 @@ class Dispatcher:
 
     def claim_params(self, limit: int) -> dict[str, Any]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)
-        return {"queue": self.queue, "limit": limit, "deadline": deadline}
+        return {"queue": self.queue, "limit": limit, "deadline": deadline, **self.lanes.params(time.monotonic())}
+
+    def hand_over_params(self, limit: int) -> dict[str, Any]:
+        """claim_params for the writer's hand-over claim, whose rows come back through adopt."""
+        params = self.claim_params(limit)
+        self.hand_over_generation = params["lanes_generation"]
+        return params
 
     async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
+        params = self.claim_params(limit)
         async with self.worker.pool.connection() as conn:
-            cursor = await conn.execute(statements["claim_jobs"], self.claim_params(limit))
-            return await cursor.fetchall()
+            cursor = await conn.execute(statements["claim_jobs"], params)
+            rows = await cursor.fetchall()
+        self.lanes.advance(rows, params["lanes_generation"])
+        return rows
 
 
 __all__ = ["Dispatcher", "Permit", "release_all"]

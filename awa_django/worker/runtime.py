@@ -252,7 +252,7 @@ class Worker:
             if dispatcher.bucket is not None and kept:
                 kept = kept[: dispatcher.bucket.take(len(kept), now)]
             if kept:
-                plan[queue] = (kept, dispatcher.claim_params(len(kept)))
+                plan[queue] = (kept, dispatcher.hand_over_params(len(kept)))
         return plan
 
     def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
@@ -262,6 +262,7 @@ class Worker:
         unfilled = permits[len(rows) :]
         release_all(unfilled)
         if dispatcher is not None:
+            dispatcher.lanes.advance(rows, dispatcher.hand_over_generation)
             dispatcher.claimed_total += len(rows)
             if unfilled:
                 if dispatcher.bucket is not None:
