@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# A rescan of the lanes from their fronts taking this long (seconds) is logged: it walks dead
+# entries vacuum could not remove, and it spaces the next rescans out (worker/lanes.py).
+SLOW_RESCAN = 0.5
+
 
 class Dispatcher:
     def __init__(self, worker: Worker, config: QueueConfig) -> None:
@@ -57,7 +61,7 @@ class Dispatcher:
         self.claimed_total = 0
         # Where each priority lane's claim scan starts (worker/lanes.py: why, and the rescans).
         self.lanes = LaneCursors()
-        self.hand_over_generation = 0
+        self.hand_over_params_sent: dict[str, Any] | None = None
         self._apply(config)
 
     def apply(self, config: QueueConfig) -> None:
@@ -185,22 +189,42 @@ class Dispatcher:
         self.worker.allocator.clear_demand(self.queue)
         self.worker.wake_waiting()
 
-    def claim_params(self, limit: int) -> dict[str, Any]:
+    def claim_params(self, limit: int, *, may_rescan: bool = True) -> dict[str, Any]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)
-        return {"queue": self.queue, "limit": limit, "deadline": deadline, **self.lanes.params(time.monotonic())}
+        lanes = self.lanes.params(time.monotonic(), may_rescan=may_rescan)
+        return {"queue": self.queue, "limit": limit, "deadline": deadline, **lanes}
 
     def hand_over_params(self, limit: int) -> dict[str, Any]:
-        """claim_params for the writer's hand-over claim, whose rows come back through adopt."""
-        params = self.claim_params(limit)
-        self.hand_over_generation = params["lanes_generation"]
+        """claim_params for the writer's hand-over claim (never a rescan: the queue keeps moving
+        while the dispatcher's own claim does one); its rows come back through ``claimed``."""
+        params = self.claim_params(limit, may_rescan=False)
+        self.hand_over_params_sent = params
         return params
+
+    def claimed(self, rows: list[tuple[Any, ...]]) -> None:
+        """The writer's hand-over claim returned these rows: move the lane cursors past them."""
+        if self.hand_over_params_sent is not None:
+            self.lanes.advance(rows, self.hand_over_params_sent, time.monotonic())
 
     async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
         params = self.claim_params(limit)
-        async with self.worker.pool.connection() as conn:
-            cursor = await conn.execute(statements["claim_jobs"], params)
-            rows = await cursor.fetchall()
-        self.lanes.advance(rows, params["lanes_generation"])
+        try:
+            async with self.worker.pool.connection() as conn:
+                cursor = await conn.execute(statements["claim_jobs"], params)
+                rows = await cursor.fetchall()
+        except BaseException:
+            if params["lanes_rescan"]:
+                self.lanes.rescan_failed(time.monotonic())
+            raise
+        took = self.lanes.advance(rows, params, time.monotonic())
+        if took is not None and took >= SLOW_RESCAN:
+            logger.warning(
+                "slow lane rescan queue=%s seconds=%.3f next_rescan_in=%.1f hint=%s",
+                self.queue,
+                took,
+                self.lanes.rescan_interval,
+                "a long transaction or an old snapshot is likely holding vacuum back (pg_stat_activity)",
+            )
         return rows
 
 

@@ -262,7 +262,7 @@ class Worker:
         unfilled = permits[len(rows) :]
         release_all(unfilled)
         if dispatcher is not None:
-            dispatcher.lanes.advance(rows, dispatcher.hand_over_generation)
+            dispatcher.claimed(rows)
             dispatcher.claimed_total += len(rows)
             if unfilled:
                 if dispatcher.bucket is not None:
