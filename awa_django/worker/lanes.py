@@ -90,8 +90,9 @@ class LaneCursors:
         ``rows`` are claim_jobs rows (id at index 0, priority at 7, run_at at 9), in lane order.
         An ordinary claim moves each lane's cursor to the last (run_at, id) it claimed there.
         A rescan that found jobs behind a lane's cursor, and may have left more there (it filled
-        its limit), moves that cursor back to the last of them, so the next claims take the rest
-        in order; that is a new generation, and a claim issued before it does not move the
+        its limit), moves that cursor back to the last of them, and the cursors of the lanes it
+        did not reach (the lanes before filled it) back to their fronts, so the next claims take
+        what is left behind in order; that is a new generation, and a claim issued before it does not move the
         cursors (its rows lie after the old cursors: moving there would step over what is left
         behind). Returns the rescan's duration when ``params`` was the rescan, None otherwise.
         """
@@ -117,10 +118,17 @@ class LaneCursors:
             remaining = int(params["limit"])
             for lane in range(LANES):
                 key, current = last[lane], self._cursor[lane]
-                exhausted = counts[lane] < remaining  # the lane had no more rows for this claim
+                if remaining == 0:
+                    # The lanes before filled the claim: this one was not scanned, and what lies
+                    # behind its cursor is found by the next claims that reach it from its front.
+                    if current is not None:
+                        self._cursor[lane] = None
+                        rewound = True
+                    continue
+                exhausted = counts[lane] < remaining  # nothing more in this lane for this claim
                 remaining -= counts[lane]
                 if key is not None and current is not None and key < current and not exhausted:
-                    self._cursor[lane] = key
+                    self._cursor[lane] = key  # more may be behind: the next claims take them in order
                     rewound = True
             if rewound:
                 self._generation += 1

@@ -117,3 +117,13 @@ def test_rescan_failed__the_next_claim_may_rescan_again() -> None:
     assert params(lanes, 2.1)["lanes_rescan"] is False  # one pending
     lanes.rescan_failed(2.2)
     assert params(lanes, 2.3)["lanes_rescan"] is True
+
+
+def test_rescan__filled_by_an_earlier_lane__later_lanes_go_back_to_their_fronts() -> None:
+    lanes = settled(now=0.0)
+    p = params(lanes, 0.1)
+    lanes.advance([claimed(30, 3, 30)], p, 0.1)
+    rescan = params(lanes, 2.0, limit=1)
+    lanes.advance([claimed(1, 1, 1)], rescan, 2.0)  # lane 1 filled it: lanes 2-4 were not scanned
+    assert lanes.cursor(1) == (T0 + timedelta(seconds=1), 1)
+    assert (lanes.cursor(2), lanes.cursor(3)) == (None, None)
