@@ -14,7 +14,10 @@
 --   worker rescans the lane from its front (docs/storage.md: how often, and why no job is skipped).
 -- Index: awa_job_available_idx (queue, priority, run_at, id) WHERE state = 'available': per lane
 --   `queue =`, `priority =` and the row comparison on (run_at, id) are the scan's bounds; the state
---   is a literal so the planner can use the partial index.
+--   is a literal so the planner can use the partial index. The UPDATE finds the picked rows through
+--   the primary key (`id = ANY(ARRAY(...))`): joined to the CTEs instead, the planner guessed how
+--   many rows lanes 2-4 return (their LIMITs are expressions), sometimes chose a hash join over a
+--   sequential scan of awa_job, and under an old snapshot that scan reads every dead version.
 -- Locking: each lane CTE locks its rows FOR UPDATE SKIP LOCKED, so concurrent workers pick disjoint
 --   rows and never wait on each other; they stay CTEs (not sub-selects in FROM), so the planner
 --   cannot merge them and ignore their LIMITs. Runs in autocommit: the rows are running and the
@@ -99,6 +102,5 @@ SET state = 'running',
     attempted_at = now(),
     heartbeat_at = now(),
     deadline_at = now() + %(deadline)s::interval
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at
