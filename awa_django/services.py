@@ -541,6 +541,10 @@ class ScheduleSync:
     removed: list[str] = field(default_factory=list)
 
 
+# pg_advisory_xact_lock key for sync_schedules: "awa!" and "sync" as two int32s.
+SYNC_SCHEDULES_LOCK = (0x61776121, 0x73796E63)
+
+
 def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = None) -> ScheduleSync:
     """Make the Schedule rows match the schedules declared in code (default: the registry's).
 
@@ -557,6 +561,11 @@ def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = No
     alias = _alias()
     result = ScheduleSync()
     with transaction.atomic(using=alias):
+        # Workers starting together all sync: one at a time (a transaction-level lock, so it is
+        # released at commit, also behind a transaction pooler), or two would insert the same
+        # new schedule and the second would fail on the unique name.
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", SYNC_SCHEDULES_LOCK)
         names = sorted({spec.name for spec in declared})
         rows = {
             row.name: row

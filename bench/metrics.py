@@ -115,11 +115,19 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     # (min 0, weight 1), to compare the weighted mode's overhead with the per-queue limit.
     weighted = None
     if p.get("weighted"):
+        if p.get("scope") == "cluster" and not system.supports_cluster:
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.cluster_reason)
         if not system.supports_weighted:
             from bench.systems.base import UnsupportedError
 
             raise UnsupportedError(system.weighted_reason)
-        weighted = {"global_max": concurrency, "queues": {"bench": {"min": 0, "weight": 1}}}
+        # Scope "cluster": one global maximum for all the processes together, as many slots as
+        # process scope gives them (concurrency each), so only the coordination's cost differs.
+        scope = p.get("scope", "process")
+        global_max = concurrency * (processes if scope == "cluster" else 1)
+        weighted = {"global_max": global_max, "queues": {"bench": {"min": 0, "weight": 1}}, "scope": scope}
     system.bulk_enqueue(n, kind="noop", queue="bench")
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")
@@ -245,16 +253,17 @@ def fairness(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """
     n, ms, global_max = int(p["n"]), int(p["ms"]), int(p["global_max"])
     queues = p["queues"]  # {"A": {"min": 2, "weight": 3}, "B": {...}}
-    if not system.supports_weighted:
+    processes, scope = int(p.get("processes", 1)), p.get("scope", "process")
+    if not system.supports_weighted or (scope == "cluster" and not system.supports_cluster):
         from bench.systems.base import UnsupportedError
 
-        raise UnsupportedError(system.weighted_reason)
+        raise UnsupportedError(system.weighted_reason if not system.supports_weighted else system.cluster_reason)
     names = sorted(queues)
     for index, name in enumerate(names):
         system.bulk_enqueue(n, kind="sleep", queue=name, seq_start=index * n, ms=ms)
     log_path = system.workdir / "handler.log"
-    weighted = {"global_max": global_max, "queues": queues}
-    workers = system.start_worker(global_max, 1, names, log_path, weighted=weighted)
+    weighted = {"global_max": global_max, "queues": queues, "scope": scope}
+    workers = system.start_worker(global_max, processes, names, log_path, weighted=weighted)
     try:
         _wait_completed(system, workers, n * len(names), float(p.get("timeout", 600)))
     finally:

@@ -96,7 +96,37 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "base",
             660,
         ),
+        (
+            "fairness_cluster",
+            "fairness",
+            {
+                "n": size["fairness_jobs"],
+                "ms": size["fairness_ms"],
+                "global_max": size["global_max"],
+                "queues": FAIRNESS_QUEUES,
+                "timeout": 600,
+                "processes": 3,
+                "scope": "cluster",
+            },
+            "base",
+            660,
+        ),
         ("drain_weighted", "drain", {**drain, "processes": 1, "weighted": True, "timeout": 1800}, "base", 1900),
+        (
+            "drain_cluster",
+            "drain",
+            {**drain, "processes": 1, "weighted": True, "scope": "cluster", "timeout": 1800},
+            "base",
+            1900,
+        ),
+        ("drain_weighted_4p", "drain", {**drain, "processes": 4, "weighted": True, "timeout": 1800}, "base", 1900),
+        (
+            "drain_cluster_4p",
+            "drain",
+            {**drain, "processes": 4, "weighted": True, "scope": "cluster", "timeout": 1800},
+            "base",
+            1900,
+        ),
         ("drain_2p", "drain", {**drain, "processes": 2, "timeout": 1800}, "base", 1900),
         ("drain_4p", "drain", {**drain, "processes": 4, "timeout": 1800}, "base", 1900),
         (
@@ -349,7 +379,25 @@ ROWS = [
     ("fairness A:B running (ideal 17:7)", "fairness", "split", "split", None),
     ("fairness max total running (≤ 24)", "fairness", "max_total_running", "int", None),
     ("fairness mean total running", "fairness", "mean_total_running", "f1", None),
+    ("fairness, 3 procs, cluster scope: A:B running (ideal 17:7)", "fairness_cluster", "split", "split", None),
+    (
+        "fairness, 3 procs, cluster scope: max total running (≤ 24)",
+        "fairness_cluster",
+        "max_total_running",
+        "int",
+        None,
+    ),
+    ("fairness, 3 procs, cluster scope: mean total running", "fairness_cluster", "mean_total_running", "f1", None),
     ("drain 1 proc, weighted (global {concurrency}), jobs/s", "drain_weighted", "jobs_per_s", "int", True),
+    ("drain 1 proc, cluster scope (global {concurrency}), jobs/s", "drain_cluster", "jobs_per_s", "int", True),
+    ("drain 4 procs, weighted (global {concurrency} each), jobs/s", "drain_weighted_4p", "jobs_per_s", "int", True),
+    (
+        "drain 4 procs, cluster scope (one global 4 x {concurrency}), jobs/s",
+        "drain_cluster_4p",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
     ("drain 2 procs x {concurrency}, jobs/s", "drain_2p", "jobs_per_s", "int", True),
     ("drain 4 procs x {concurrency}, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
@@ -468,7 +516,8 @@ def main() -> None:
     parser.add_argument(
         "--metrics",
         default=None,
-        help="comma list from single,bulk,drain,latency,fairness,drain_weighted,drain_2p,drain_4p,latency_finished",
+        help="comma list from single,bulk,drain,latency,fairness,fairness_cluster,drain_weighted,drain_cluster,"
+        "drain_weighted_4p,drain_cluster_4p,drain_2p,drain_4p,latency_finished",
     )
     parser.add_argument("--concurrency", type=int, default=None, help="jobs in flight per worker process (default 32)")
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")

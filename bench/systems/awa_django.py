@@ -27,6 +27,7 @@ SETTINGS = "bench.djproject.settings_awa"
 class AwaDjango(System):
     name = "awa_django"
     supports_weighted = True
+    supports_cluster = True
     notes = ["this checkout; Job.objects.enqueue / enqueue_many; worker: manage.py awa_worker"]
 
     def __init__(self, db_url: str, workdir: Path) -> None:
@@ -89,6 +90,10 @@ class AwaDjango(System):
                 spec = weighted["queues"][queue]
                 defaults = {"min_workers": int(spec["min"]), "weight": int(spec["weight"])}
             self.Queue.objects.update_or_create(name=queue, defaults=defaults)
+        if weighted is not None and weighted.get("scope") == "cluster":
+            from awa_django.models import ClusterSettings
+
+            ClusterSettings.objects.update_or_create(id=1, defaults={"global_max_workers": int(weighted["global_max"])})
 
     def worker_command(self, concurrency: int, queues: Sequence[str], weighted: dict[str, Any] | None) -> list[str]:
         cmd = [self.python, str(REPO_ROOT / "bench" / "manage.py"), "awa_worker"]
@@ -96,6 +101,8 @@ class AwaDjango(System):
             cmd += ["-q", queue]
         if weighted is not None:
             cmd += ["--global-max-workers", str(int(weighted["global_max"]))]
+            if weighted.get("scope") == "cluster":
+                cmd += ["--capacity-scope", "cluster"]
         return cmd
 
     def worker_env(self, log_path: Path) -> dict[str, str]:

@@ -76,6 +76,8 @@ class System:
     name = "?"
     supports_weighted = False
     weighted_reason = "no weighted per-queue concurrency"
+    supports_cluster = False  # one global maximum for every worker process together
+    cluster_reason = "no global maximum across worker processes (per-process pools only)"
     # Concurrency actually used by one worker process when 32 is asked for (None = as asked).
     max_concurrency_per_process: int | None = None
     notes: list[str] = []
@@ -126,6 +128,8 @@ class System:
     ) -> WorkerGroup:
         if weighted is not None and not self.supports_weighted:
             raise UnsupportedError(self.weighted_reason)
+        if weighted is not None and weighted.get("scope") == "cluster" and not self.supports_cluster:
+            raise UnsupportedError(self.cluster_reason)
         self.prepare_worker(concurrency, queues, weighted)
         env = self.worker_env(log_path)
         procs, outputs = [], []

@@ -172,3 +172,37 @@ def test_cluster__rate_limit_holds_for_all_workers_together(spawn: Spawner) -> N
     for worker in workers:
         worker.assert_alive()
     assert 4.5 <= rate <= 5.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["newcomer", "beside_empty"])
+def test_cluster__the_in_process_fairness_edges_hold_across_processes(spawn: Spawner, scenario: str) -> None:
+    """Global 10 over two workers, one serving A and one serving B (every min_workers 0):
+    a weight-1 B beside a weight-10 A holding the pool averages its 10/11 and starts within the
+    next planning rounds; beside an empty A, B runs all 10."""
+    ClusterSettings.objects.update_or_create(id=1, defaults={"global_max_workers": 10})
+    Queue.objects.create(name="A", weight=10)
+    Queue.objects.create(name="B", weight=1)
+    args = ["--capacity-scope", "cluster", *FAST]
+    workers = [spawn("-q", "A", *args, name="serves-a"), spawn("-q", "B", *args, name="serves-b")]
+    wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, 60, 0.05, "2 planned")
+    with Sampler(["A", "B"]) as sampler:
+        if scenario == "newcomer":
+            _sleep_jobs("A", 1500)
+            sampler.wait_for(lambda s: s.running["A"] == 10, 30, "A to hold the whole pool")
+        start = _sleep_jobs("B", 200 if scenario == "newcomer" else 900)
+        first = sampler.wait_for(lambda s: s.running["B"] > 0, 10, "B to start")
+        sampler.wait_for(lambda s: s.t >= start + 1.0 + WINDOW, 30, "the measuring window to pass")
+    window = between(sampler.snapshot(), start + 1.0, start + 1.0 + WINDOW)
+    mean_b = time_weighted_mean(window, lambda s: s.running["B"])
+    print(f"[cluster] {scenario}: B {mean_b:.2f}, started {first.t - start:.2f}s after its commit")
+    for worker in workers:
+        worker.assert_alive()
+    assert all(s.available["B"] > 0 for s in window), "B must stay loaded"
+    assert max(s.total for s in sampler.snapshot()) <= 10
+    if scenario == "newcomer":
+        assert all(s.available["A"] > 0 for s in window)
+        assert first.t - start <= 2.0
+        assert mean_b >= 0.7 * 10 / 11
+    else:
+        assert mean_b >= 9.0
