@@ -156,10 +156,12 @@ class ClusterLeader:
             cursor = await conn.execute(statements["lock_capacities"], {"staleness": staleness})
             rows = await cursor.fetchall()
             if not rows:
+                self.last_plan = None
                 return None
             await conn.execute(statements["delete_dead_capacities"], {"staleness": staleness})
             live = [row for row in rows if row[5]]
             if not live:
+                self.last_plan = None
                 return None
             cursor = await conn.execute(
                 statements["read_cluster_settings"], {"global_max_workers": config.global_max_workers}

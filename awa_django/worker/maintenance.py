@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 # pg_try_advisory_lock key: "awa!" and "lead" as two int32s, clear in pg_locks.
 LEADER_LOCK = (0x61776121, 0x6C656164)
 BATCH = 1000
+CLUSTER_PLAN_EVERY = 0.2  # seconds between the leader's rounds while workers are in cluster scope
 RETENTION_EVERY = 60.0  # seconds between retention sweeps
 MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule is due at once
 
@@ -91,6 +92,10 @@ class Maintenance:
         """The maintenance interval, shortened to when the next schedule slot is due (so a
         per-second schedule fires on time) but never below MIN_SLEEP."""
         interval = self.worker.config.maintenance_interval
+        if self.is_leader and self.cluster.last_plan is not None:
+            # Workers in capacity scope "cluster" wait for the leader's caps (a new worker has
+            # none): plan them more often than the rest of the leader's work needs.
+            interval = min(interval, CLUSTER_PLAN_EVERY)
         if not self.is_leader or self._next_fire is None:
             return interval
         return max(MIN_SLEEP, min(interval, self._next_fire - time.monotonic()))
