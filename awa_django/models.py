@@ -241,6 +241,9 @@ class WorkerCapacity(models.Model):
     applied = models.JSONField(default=dict, blank=True, help_text="{queue: cap} the worker enforces")
     global_max_workers = models.PositiveIntegerField(null=True, blank=True, help_text="the worker's own setting")
     caps = models.JSONField(default=dict, blank=True, help_text="{queue: cap} published by the leader")
+    read = models.JSONField(
+        default=dict, blank=True, help_text="{queue: cap} the worker read at its last report (it may apply them)"
+    )
     floors = models.JSONField(default=dict, blank=True, help_text="{queue: cap} to fall back to without a lease")
     rates = models.JSONField(default=dict, blank=True, help_text="{queue: jobs/s} its part of each rate limit")
     lease_until = models.DateTimeField(null=True, blank=True)

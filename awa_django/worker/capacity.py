@@ -175,7 +175,7 @@ class ClusterLeader:
                 queue = QueueConfig.from_row(dict(zip(names, values, strict=True)))
                 limits[queue.name] = queue
             views = []
-            for instance_id, use, applied, caps, _, _ in live:
+            for instance_id, use, applied, caps, _, _, read in live:
                 for queue in use or {}:
                     limits.setdefault(queue, QueueConfig(queue))
                 views.append(
@@ -186,9 +186,16 @@ class ClusterLeader:
                         },
                         applied={q: int(n) for q, n in (applied or {}).items()},
                         published={q: int(n) for q, n in (caps or {}).items()},
+                        read={q: int(n) for q, n in (read or {}).items()},
                     )
                 )
             plan = self.planner.plan(global_max, limits, views, now=time.monotonic())
+            logger.debug(
+                "cluster plan global_max=%s workers=%s caps=%s",
+                global_max,
+                [(v.worker[:8], dict(v.use), dict(v.applied), dict(v.read), dict(v.published)) for v in views],
+                {w[:8]: c for w, c in plan.caps.items()},
+            )
             ids = [view.worker for view in views]
             await conn.execute(
                 statements["publish_capacities"],

@@ -104,6 +104,8 @@ def test_cluster__a_killed_worker_s_part_returns_to_the_others(spawn: Spawner, v
         sampler.wait_for(lambda s: s.t >= full.t + 2.0, 10, "two more seconds")
     samples = sampler.snapshot()
     print(f"[cluster] after SIGKILL the others ran {GLOBAL} again {full.t - killed:.2f}s later")
+    over = [(round(s.t - killed, 3), s.running) for s in samples if s.total > GLOBAL]
+    print(f"[cluster] samples over {GLOBAL}: {over[:10]}")
     assert max(s.total for s in samples) <= GLOBAL
     assert full.t - killed <= 3.0 + 2.0 + 1.0  # staleness + 2 s, and one report/plan round
     for worker in workers:
