@@ -276,12 +276,15 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._install_signals()
         await retrying("opening the connection pool", self._open_pool)
+        names = list(self.config.queues)
+        shown = ",".join(names[:20]) + (f",… ({len(names)} queues)" if len(names) > 20 else "")
         logger.info(
-            "worker started instance=%s mode=%s global_max_workers=%s queues=%s pool_size=%s",
+            "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
             self.instance_id,
             self.allocator.mode,
+            self.config.capacity_scope,
             self.config.global_max_workers,
-            ",".join(self.config.queues),
+            shown,
             self.config.pool_size,
         )
         try:
