@@ -58,8 +58,9 @@ class HandOver(Protocol):
         """{queue: (permits to pass on, claim_jobs parameters)}; permits not named are released."""
         ...
 
-    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
-        """Dispatch the claimed rows with those permits; release the ones left unfilled."""
+    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit], *, ran_dry: bool = True) -> None:
+        """Dispatch the claimed rows with those permits; release the ones left unfilled. With
+        ``ran_dry`` False the claim never ran (its batch was refused): the queue may still have jobs."""
         ...
 
 
@@ -143,7 +144,7 @@ class Completer:
             logger.error("a batch of %d finished attempt(s) was refused error=%r; writing it in parts", len(batch), exc)
             assert self.hand_over is not None or not plan
             for queue, (kept, _) in plan.items():
-                self.hand_over.adopt(queue, [], kept)  # type: ignore[union-attr]
+                self.hand_over.adopt(queue, [], kept, ran_dry=False)  # type: ignore[union-attr]
             plan, passing, claimed = {}, set(), {}
             try:
                 written = await self._write_apart(batch, exc)

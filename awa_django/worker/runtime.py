@@ -255,7 +255,7 @@ class Worker:
                 plan[queue] = (kept, dispatcher.claim_params(len(kept)))
         return plan
 
-    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
+    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit], *, ran_dry: bool = True) -> None:
         dispatcher = self.dispatchers.get(queue)
         for row, permit in zip(rows, permits, strict=False):
             self.dispatch(ClaimedJob(*row), permit)
@@ -266,7 +266,9 @@ class Worker:
             if unfilled:
                 if dispatcher.bucket is not None:
                     dispatcher.bucket.refund(len(unfilled))
-                if not dispatcher.polling:  # the queue ran dry; a NOTIFY or the probe wakes it again
+                if not ran_dry:  # the claim never ran (its batch was refused): let it claim itself
+                    dispatcher.nudge()
+                elif not dispatcher.polling:  # the queue ran dry; a NOTIFY or the probe wakes it again
                     dispatcher.hungry = False
                     dispatcher.stand_down()
 
