@@ -73,7 +73,7 @@ class AwaSettings:
     @property
     def transaction_pooler(self) -> bool:
         """Whether the jobs' database is reached through a transaction-mode pooler."""
-        return self.POOLER == "transaction"
+        return bool(self.POOLER == "transaction")
 
     @property
     def use_prepared_statements(self) -> bool:

@@ -62,9 +62,7 @@ class AdvisoryLockElection:
 
     async def campaign(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         if not self.held:
-            cursor = await conn.execute(
-                statements["try_leader_lock"], {"key1": LEADER_LOCK[0], "key2": LEADER_LOCK[1]}
-            )
+            cursor = await conn.execute(statements["try_leader_lock"], {"key1": LEADER_LOCK[0], "key2": LEADER_LOCK[1]})
             row = await cursor.fetchone()
             self.held = bool(row and row[0])
         return self.held
@@ -110,7 +108,9 @@ class LeaseElection:
         if self.term is None:
             return
         await conn.execute(statements["release_leader_lease"], {"name": self.name, "holder": self.holder})
-        logger.info("maintenance leader released its lease lease=%s term=%s instance=%s", self.name, self.term, self.holder)
+        logger.info(
+            "maintenance leader released its lease lease=%s term=%s instance=%s", self.name, self.term, self.holder
+        )
         self.term = None
 
     def connection_lost(self) -> None:
