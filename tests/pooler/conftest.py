@@ -14,9 +14,7 @@ from tests.pooler.pgbouncer import PgBouncer
 from tests.worker.support import SpawnedWorker, Spawner
 
 if pgbouncer.PGBOUNCER is None:
-    pytest.skip(
-        "Debian's pgbouncer is not installed (run .ci/pgbouncer-deps; CI installs it)", allow_module_level=True
-    )
+    pytest.skip("Debian's pgbouncer is not installed (run .ci/pgbouncer-deps; CI installs it)", allow_module_level=True)
 
 POOLER_SETTINGS = "testproject.settings_pooler"
 

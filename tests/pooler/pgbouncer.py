@@ -61,7 +61,7 @@ def start(settings_dict: dict[str, Any], pool_size: int = 20) -> PgBouncer:
     """Start PgBouncer (transaction mode) in front of the server of ``settings_dict``; wait until it
     accepts connections."""
     assert PGBOUNCER is not None
-    host = str(settings_dict.get("HOST") or "/tmp")  # noqa: S108 - libpq's default socket directory
+    host = str(settings_dict.get("HOST") or "/tmp")
     port = str(settings_dict.get("PORT") or "5432")
     user = str(settings_dict.get("USER") or "postgres")
     password = str(settings_dict.get("PASSWORD") or "")
@@ -104,8 +104,8 @@ def start(settings_dict: dict[str, Any], pool_size: int = 20) -> PgBouncer:
     if run_as is not None:
         command[1:1] = ["-u", run_as]
     # Its console output goes to a file: a pipe nobody reads fills up and PgBouncer stops, mid-query.
-    console = open(directory / "console.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)  # noqa: S603
+    console = open(directory / "console.log", "wb")
+    process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
     console.close()
     bouncer = PgBouncer(process, listen_port, directory, user)
     deadline = time.monotonic() + 30
@@ -120,4 +120,4 @@ def start(settings_dict: dict[str, Any], pool_size: int = 20) -> PgBouncer:
             if time.monotonic() > deadline:
                 bouncer.stop()
                 raise RuntimeError(f"pgbouncer did not listen on 127.0.0.1:{listen_port} within 30s") from None
-            time.sleep(0.05)  # noqa: ASYNC251 - the startup poll, bounded by the deadline above
+            time.sleep(0.05)

@@ -69,7 +69,7 @@ CLIENTS, PER_CLIENT = 4, 25 * 2 + 40
 
 
 def run_manage(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
         env=env,
