@@ -319,11 +319,12 @@ def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any
     server-side prepared statement matters (~1.3x jobs/s here). So, unless Django is recording
     queries (DEBUG, tests counting queries) or someone installed an execute wrapper, this runs on
     a psycopg server-binding cursor over the same connection, prepared, with the same checks and
-    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False turns it off (for a
-    pooler in transaction mode that cannot keep prepared statements).
+    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False, or AWA["POOLER"] =
+    "transaction" with PREPARED_STATEMENTS unset, turns it off (a transaction pooler hands each
+    transaction a different server session, where the prepared statement does not exist).
     """
     connection = connections[alias]
-    if connection.queries_logged or connection.execute_wrappers or not awa_settings.PREPARED_STATEMENTS:
+    if connection.queries_logged or connection.execute_wrappers or not awa_settings.use_prepared_statements:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()  # type: ignore[no-any-return]

@@ -343,3 +343,26 @@ class Schedule(models.Model):
     @property
     def is_active(self) -> bool:
         return not self.paused and self.removed_from_code_at is None
+
+
+class LeaderLease(models.Model):
+    """A leadership lease on the database clock: the maintenance leader behind a transaction pooler,
+    where a session-level advisory lock would not stay with the worker that took it.
+
+    One row per role (``maintenance``). The holder renews ``expires_at`` every round; another worker
+    takes the row over only once it expired, with one compare-and-swap statement
+    (``acquire_leader_lease``); ``term`` grows by one with each change of holder.
+    """
+
+    name = models.CharField(max_length=64, primary_key=True)
+    holder = models.UUIDField(help_text="the WorkerInstance id of the leader")
+    term = models.BigIntegerField(default=1, help_text="grows by one each time another worker takes the lease")
+    acquired_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "awa_leader_lease"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at:%Y-%m-%d %H:%M:%S}"

@@ -136,7 +136,7 @@ def build_config(
         "failed_retention": awa_settings.FAILED_RETENTION,
         "sync_threads": awa_settings.SYNC_THREADS,
         "pool_size": awa_settings.POOL_SIZE,
-        "listen": awa_settings.LISTEN,
+        "listen": awa_settings.listen_enabled,
         "database_alias": awa_settings.DATABASE_ALIAS,
         "capacity_scope": awa_settings.CAPACITY_SCOPE,
     }
