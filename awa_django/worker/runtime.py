@@ -482,7 +482,11 @@ class Worker:
         no error ever comes, only silence. So the connection NOTIFYs itself every check interval and
         must hear the echo before the next check; ``listening`` is true only while it does."""
         if not self.config.listen:
-            logger.warning("LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval)
+            logger.warning(
+                "LISTEN is off (AWA['LISTEN']=False, or AWA['POOLER']='transaction' without "
+                "AWA['LISTEN_DATABASE_URL']): probing for jobs every %.2fs",
+                self.config.poll_interval,
+            )
             return
         backoff = Backoff()
         while not self.stopping:
