@@ -28,7 +28,8 @@ from django.db.models.functions import Greatest, Least, Trunc
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
-from awa_django.models import MAX_ATTEMPTS_MAX, Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
+from awa_django.defaults import MAX_ATTEMPTS_MAX
+from awa_django.models import Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
