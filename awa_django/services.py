@@ -291,6 +291,16 @@ class QueueStats:
         return sum(c.overflow_held for c in self.capacities)
 
     @property
+    def workers(self) -> int:
+        """Live workers serving this queue (0: its jobs wait until one starts)."""
+        return len(self.capacities)
+
+    @property
+    def waiting_without_worker(self) -> bool:
+        """Jobs available to run, the queue not paused, and no live worker serves it."""
+        return self.available > 0 and not self.paused and not self.capacities
+
+    @property
     def modes(self) -> list[str]:
         return sorted({c.mode for c in self.capacities})
 
@@ -310,6 +320,7 @@ class QueueStats:
             "in_flight": self.in_flight,
             "overflow_held": self.overflow_held,
             "modes": self.modes,
+            "workers": self.workers,
             "capacity": [c.__dict__ | {"describe": c.describe()} for c in self.capacities],
         }
 

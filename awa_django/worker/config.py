@@ -94,7 +94,7 @@ class WorkerConfig:
             "reconfigure_interval",
         ):
             _seconds(name, getattr(self, name))
-        _seconds("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        _seconds("shutdown_timeout", self.shutdown_timeout)  # above 0, as AWA["SHUTDOWN_TIMEOUT"] (awa.E003)
         if self.capacity_scope not in CAPACITY_SCOPES:
             raise ConfigurationError(
                 f"capacity_scope is {self.capacity_scope!r}; use one of {', '.join(map(repr, CAPACITY_SCOPES))}"
