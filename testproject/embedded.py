@@ -128,7 +128,7 @@ def stop(data_dir: Path = DATA_DIR) -> str:
         handles.unlink(missing_ok=True)  # stale pids of processes that are gone
         return "not running"
     _import_pgserver()
-    from pgserver._commands import pg_ctl
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # (set at import, per binary)
 
     as_root = platform.system() != "Windows" and os.geteuid() == 0
     try:

@@ -15,4 +15,4 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # which is built from these parameters) passes here first: start the server on demand.
         if not self.settings_dict.get("HOST"):
             self.settings_dict["HOST"] = embedded.socket_dir()
-        return super().get_connection_params()  # type: ignore[no-any-return]
+        return super().get_connection_params()
