@@ -49,7 +49,7 @@ class _EqualsAny(Func):
 
 
 class Job(models.Model):
-    """One job. The state machine is in DESIGN.md; the hot-path indexes are partial on state."""
+    """One job. The state machine is in docs/design.md; the hot-path indexes are partial on state."""
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=NAME_MAX_LENGTH)

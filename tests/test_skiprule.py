@@ -47,9 +47,10 @@ def run_suite(tmp_path: Path, require_all: str | None) -> subprocess.CompletedPr
     env["PYTHONPATH"] = str(ROOT)
     if require_all is not None:
         env["AWA_REQUIRE_ALL"] = require_all
+    plugins = ["-p", "tests.skiprule", "-p", "no:cacheprovider", "-p", "no:django"]
+    isolated = ["-c", os.devnull, "--rootdir", str(tmp_path), "--continue-on-collection-errors"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-rA", "-p", "tests.skiprule", "-p", "no:cacheprovider", "-p", "no:django"]
-        + ["-c", os.devnull, "--rootdir", str(tmp_path), "--continue-on-collection-errors", "."],
+        [sys.executable, "-m", "pytest", "-rA", *plugins, *isolated, "."],
         cwd=tmp_path,
         env=env,
         capture_output=True,
