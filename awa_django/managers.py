@@ -325,6 +325,7 @@ class KindDefaults(NamedTuple):
 
 
 _PLAIN_DEFAULTS = KindDefaults(QUEUE_DEFAULT, PRIORITY_DEFAULT, MAX_ATTEMPTS_DEFAULT)
+_UNSEEN = object()  # no spec has been seen yet (None is a spec's value: "the default")
 
 
 def kind_defaults(kind: object) -> KindDefaults:
@@ -528,38 +529,50 @@ class JobManager(models.Manager["Job"]):
         names_ok: set[str] = set()  # kinds
         by_kind: dict[str, KindDefaults] = {}  # each kind's defaults, looked up once per call
         queues_seen: set[str] = set()
+        last_kind: object = _UNSEEN  # the previous fast-path spec's kind and queue, with the kind's defaults
+        last_queue: object = _UNSEEN
+        d_queue, d_priority, d_max_attempts = _PLAIN_DEFAULTS
         defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{{}}\t{{}}\t\\N\t\\N\t0\n"
         for index, spec in enumerate(specs):
             if type(spec) is dict and spec.keys() <= _FAST_KEYS and "kind" in spec:
                 kind = spec["kind"]
-                if type(kind) is not str or kind not in names_ok:
-                    kind = _check_name("kind", kind, index)
-                    names_ok.add(kind)
-                defaults = by_kind.get(kind)
-                if defaults is None:
-                    defaults = by_kind[kind] = kind_defaults(kind)
-                queue = spec.get("queue")
-                if queue is None:
-                    queue = defaults.queue
-                if type(queue) is not str or queue not in queues_seen:
-                    queue = _check_name("queue", queue, index)
-                    queues_seen.add(queue)
+                if kind is not last_kind:  # a bulk call is mostly one kind: look it up once per run
+                    if type(kind) is not str or kind not in names_ok:
+                        kind = _check_name("kind", kind, index)
+                        names_ok.add(kind)
+                    defaults = by_kind.get(kind)
+                    if defaults is None:
+                        defaults = by_kind[kind] = kind_defaults(kind)
+                    last_kind = kind
+                    d_queue, d_priority, d_max_attempts = defaults
+                queue = spec.get("queue", d_queue)
+                if queue is not last_queue:
+                    if queue is None:
+                        queue = d_queue
+                    if type(queue) is not str or queue not in queues_seen:
+                        queue = _check_name("queue", queue, index)
+                        queues_seen.add(queue)
+                    last_queue = queue
                 args = spec.get("args")
                 if type(args) is dict and not args:
                     args_json = "{}"
                 else:
                     args_json = _check_json_object("args", args, index)[1]
                 # The kind's defaults were validated when it registered; anything else is checked.
-                priority = spec.get("priority")
-                max_attempts = spec.get("max_attempts")
-                if priority is None:
-                    priority = defaults.priority
-                elif priority is not defaults.priority:
-                    priority = _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
-                if max_attempts is None:
-                    max_attempts = defaults.max_attempts
-                elif max_attempts is not defaults.max_attempts:
-                    max_attempts = _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                priority = spec.get("priority", d_priority)
+                if priority is not d_priority:
+                    priority = (
+                        d_priority
+                        if priority is None
+                        else _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
+                    )
+                max_attempts = spec.get("max_attempts", d_max_attempts)
+                if max_attempts is not d_max_attempts:
+                    max_attempts = (
+                        d_max_attempts
+                        if max_attempts is None
+                        else _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                    )
                 rows.append(
                     f"{_copy_text(kind)}\t{_copy_text(queue)}\t{args_json.replace(chr(92), chr(92) * 2)}"
                     f"\tavailable\t{priority}\t0\t{max_attempts}{defaults_tail}"

@@ -70,34 +70,42 @@ def test_aenqueue__registered_kind__gets_the_handlers_options() -> None:
     assert stored(enqueued.pk) == ("emails", 1, 5)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    given_options=st.fixed_dictionaries(
-        {},
-        optional={
-            "queue": st.sampled_from(["default", "reports", None]),
-            "priority": st.sampled_from([1, 2, 3, 4, None]),
-            "max_attempts": st.sampled_from([1, 2, 25, 1000, None]),
-        },
-    ),
-    path=st.sampled_from(["enqueue", "many_fast", "many_full"]),
+OPTIONS = st.fixed_dictionaries(
+    {"kind": st.sampled_from([KIND, "test_other_kind"])},
+    optional={
+        "queue": st.sampled_from(["default", "reports", None]),
+        "priority": st.sampled_from([1, 2, 3, 4, None]),
+        "max_attempts": st.sampled_from([1, 2, 25, 1000, None]),
+    },
 )
+PLAIN = {"queue": QUEUE_DEFAULT, "priority": PRIORITY_DEFAULT, "max_attempts": MAX_ATTEMPTS_DEFAULT}
+
+
+def expected_row(spec: dict[str, Any]) -> tuple[str, str, int, int]:
+    defaults = HANDLER_OPTIONS if spec["kind"] == KIND else PLAIN
+    values = [
+        defaults[name] if spec.get(name) is None else spec[name] for name in ("queue", "priority", "max_attempts")
+    ]
+    return (spec["kind"], *values)  # type: ignore[return-value]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.lists(OPTIONS, min_size=1, max_size=6), path=st.sampled_from(["enqueue", "many_fast", "many_full"]))
 @pytest.mark.django_db
-def test_enqueue__every_path__option_given_wins_else_the_handlers(given_options: dict[str, Any], path: str) -> None:
+def test_enqueue__every_path__option_given_wins_else_the_kinds(specs: list[dict[str, Any]], path: str) -> None:
     Job.objects.all().delete()
     if path == "enqueue":
-        job_id = Job.objects.enqueue(KIND, {"user_id": 3}, **given_options).pk
+        for spec in specs:
+            options = {k: v for k, v in spec.items() if k != "kind"}
+            Job.objects.enqueue(spec["kind"], **options)
     else:
-        spec: dict[str, Any] = {"kind": KIND, "args": {"user_id": 3}, **given_options}
+        sent = [dict(spec) for spec in specs]
         if path == "many_full":
-            spec["run_at"] = timezone.now() - timedelta(seconds=1)  # takes the full validation path
-        assert Job.objects.enqueue_many([spec]) == 1
-        job_id = Job.objects.get().pk
-    expected = tuple(
-        HANDLER_OPTIONS[name] if given_options.get(name) is None else given_options[name]
-        for name in ("queue", "priority", "max_attempts")
-    )
-    assert stored(job_id) == expected
+            for spec in sent:
+                spec["run_at"] = timezone.now() - timedelta(seconds=1)  # takes the full validation path
+        assert Job.objects.enqueue_many(sent) == len(specs)
+    rows = list(Job.objects.order_by("id").values_list("kind", "queue", "priority", "max_attempts"))
+    assert rows == [expected_row(spec) for spec in specs]
 
 
 @pytest.mark.django_db
