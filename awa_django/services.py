@@ -28,7 +28,8 @@ from django.db.models.functions import Greatest, Least, Trunc
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
-from awa_django.models import MAX_ATTEMPTS_MAX, Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
+from awa_django.defaults import MAX_ATTEMPTS_MAX
+from awa_django.models import Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
@@ -290,6 +291,16 @@ class QueueStats:
         return sum(c.overflow_held for c in self.capacities)
 
     @property
+    def workers(self) -> int:
+        """Live workers serving this queue (0: its jobs wait until one starts)."""
+        return len(self.capacities)
+
+    @property
+    def waiting_without_worker(self) -> bool:
+        """Jobs available to run, the queue not paused, and no live worker serves it."""
+        return self.available > 0 and not self.paused and not self.capacities
+
+    @property
     def modes(self) -> list[str]:
         return sorted({c.mode for c in self.capacities})
 
@@ -309,6 +320,7 @@ class QueueStats:
             "in_flight": self.in_flight,
             "overflow_held": self.overflow_held,
             "modes": self.modes,
+            "workers": self.workers,
             "capacity": [c.__dict__ | {"describe": c.describe()} for c in self.capacities],
         }
 

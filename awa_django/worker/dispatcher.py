@@ -6,7 +6,7 @@ An idle dispatcher issues no query: it sleeps until a NOTIFY for its queue, the 
 backlog probe (one query per poll interval for every idle queue), a settings change, or a
 freed permit that the allocator says it may take.
 
-``poll_once`` follows DESIGN.md's six phases exactly:
+``poll_once`` follows the six phases of docs/design.md ("Claiming and dispatching") exactly:
 
 1. pre-acquire permits without blocking (hard slots; or local min_workers slots, then overflow);
 2. apply the queue's rate limit by dropping surplus permits;

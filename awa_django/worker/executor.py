@@ -70,6 +70,15 @@ def describe(exc: BaseException) -> str:
     return f"{name}: {exc}" if str(exc) else name
 
 
+async def _noting_timeout(call: Any, own: list[BaseException]) -> Any:
+    """Await ``call``, recording in ``own`` a TimeoutError it raises (so it is not taken for the deadline)."""
+    try:
+        return await call
+    except TimeoutError as exc:
+        own.append(exc)
+        raise
+
+
 class Executor:
     def __init__(self, registry: Registry, sync_threads: int) -> None:
         self.registry = registry
@@ -124,10 +133,11 @@ class Executor:
         mismatch = self._bind_error(handler, args)
         if mismatch is not None:
             return Outcome("failed", error=error_entry(job, mismatch))
+        own: list[BaseException] = []  # a TimeoutError the handler raised itself, not the deadline's
         try:
             if handler.is_async:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
-                result = await (call if deadline is None else asyncio.wait_for(call, deadline))
+                result = await (call if deadline is None else asyncio.wait_for(_noting_timeout(call, own), deadline))
             else:
                 result = await self._run_sync(handler, context, args, deadline)
             return COMPLETED if result is None else self._completed_with(job, result)
@@ -147,6 +157,10 @@ class Executor:
         except TerminalError as exc:
             return Outcome("failed", error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
+            # The deadline's TimeoutError comes from wait_for (async) or _run_sync, which then sets
+            # running_thread; any other is the handler's own, reported as what it is.
+            if deadline is None or exc in own or (not handler.is_async and context.running_thread is None):
+                return self._retry_or_fail(job, describe(exc), exc)
             context.cancel()
             error = f"deadline exceeded: the handler ran longer than {deadline}s"
             if context.running_thread is not None:

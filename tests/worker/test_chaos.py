@@ -20,6 +20,7 @@ from django.db import connection
 from awa_django.models import Job
 from testproject.demo.models import Execution
 from tests.harness import wait_until
+from tests.skiprule import missing_dependency
 from tests.worker.support import SpawnedWorker, Spawner, state_counts
 from tests.worker.test_db_restart import _ensure_server_running, _restart_server, _tolerant
 
@@ -48,7 +49,10 @@ def _kill(worker: SpawnedWorker) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="restarts the embedded PostgreSQL only")
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason=missing_dependency("the embedded PostgreSQL (this test restarts it)", "unset DATABASE_URL"),
+)
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("scope", ["process", "cluster"])
 def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_none_stuck(

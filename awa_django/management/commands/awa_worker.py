@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import awa_settings
-from awa_django.exceptions import ConfigurationError
+from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import positive_int, seconds, seconds_or_zero
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
@@ -116,9 +116,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=seconds_or_zero,
+            type=seconds,
             metavar="SECONDS",
-            help="time in-flight jobs get to finish after SIGTERM/SIGINT",
+            help="time in-flight jobs get to finish after SIGTERM/SIGINT, above 0; jobs still running then "
+            "are handed back (default: AWA['SHUTDOWN_TIMEOUT'], 30)",
         )
         parser.add_argument(
             "--poll-interval",
@@ -126,7 +127,13 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="seconds between polls when no NOTIFY arrives",
         )
-        parser.add_argument("--heartbeat-interval", type=seconds, metavar="SECONDS")
+        parser.add_argument(
+            "--heartbeat-interval",
+            type=seconds,
+            metavar="SECONDS",
+            help="seconds between heartbeats of running jobs; below --heartbeat-staleness "
+            "(default: AWA['HEARTBEAT_INTERVAL'], 5)",
+        )
         parser.add_argument(
             "--capacity-scope",
             choices=["process", "cluster"],
@@ -178,6 +185,16 @@ class Command(BaseCommand):
                 heartbeat_staleness=options["heartbeat_staleness"],
                 capacity_scope=options["capacity_scope"],
             )
+        except MinWorkersExceedGlobalError as exc:
+            served = set(queues) if queues else None
+            largest = sorted(
+                ((row["min_workers"], row["name"]) for row in rows if served is None or row["name"] in served),
+                key=lambda pair: (-pair[0], pair[1]),
+            )
+            listing = ", ".join(f"{name}={n}" for n, name in largest[:5] if n)
+            raise CommandError(
+                f"{exc} (min_workers of the largest queues: {listing}; edit them in the Queue admin)"
+            ) from exc
         except ConfigurationError as exc:
             raise CommandError(f"{exc}") from exc
         # Every served queue gets a Queue row, so operators see it in the admin and can tune it.
@@ -216,6 +233,12 @@ class Command(BaseCommand):
             os._exit(1)
         if worker.failure is not None:
             raise CommandError(f"worker stopped after a failure: {worker.failure!r}")
+        if worker.forced:
+            # A second signal cut the drain short: say so in the exit status, not only in the log.
+            raise CommandError(
+                "forced stop (a second SIGTERM/SIGINT): jobs still running were left to the rescue; "
+                "send one signal and allow --shutdown-timeout for a clean stop"
+            )
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("awa_django")
