@@ -25,6 +25,8 @@ from django.utils import timezone
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.inline import after_enqueue, after_enqueue_many
+from awa_django.observability import tracing
+from awa_django.observability.joblog import warn_unknown_kind
 from awa_django.sql import statements
 from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
 
@@ -410,10 +412,11 @@ class JobManager(models.Manager["Job"]):
             priority=priority,
             run_at=run_at,
             max_attempts=max_attempts,
-            metadata=metadata,
+            metadata=tracing.with_traceparent(metadata),
             tags=tags,
             unique=unique,
         )
+        warn_unknown_kind(row.kind)
         alias = self._alias()
         params: dict[str, Any] = {
             "kind": row.kind,
@@ -467,7 +470,7 @@ class JobManager(models.Manager["Job"]):
             priority=priority,
             run_at=run_at,
             max_attempts=max_attempts,
-            metadata=metadata,
+            metadata=tracing.with_traceparent(metadata),  # taken here, on the caller's context
             tags=tags,
             unique=unique,
         )
@@ -498,7 +501,9 @@ class JobManager(models.Manager["Job"]):
         # the same rules: names already checked in this call are not checked again, and the line
         # tail is shared. Anything else goes through build_row, like enqueue.
         names_ok: set[str] = set()
-        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{{}}\t{{}}\t\\N\t\\N\t0\n"
+        trace = tracing.current_trace()  # None unless OpenTelemetry has a current span
+        trace_json = "{}" if trace is None else json.dumps(trace).replace("\\", "\\\\")
+        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{trace_json}\t{{}}\t\\N\t\\N\t0\n"
         for index, spec in enumerate(specs):
             if type(spec) is dict and spec.keys() <= _FAST_KEYS and "kind" in spec:
                 kind = spec["kind"]
@@ -506,6 +511,7 @@ class JobManager(models.Manager["Job"]):
                 if type(kind) is not str or kind not in names_ok:
                     kind = _check_name("kind", kind, index)
                     names_ok.add(kind)
+                    warn_unknown_kind(kind)
                 if type(queue) is not str or queue not in names_ok:
                     queue = _check_name("queue", queue, index)
                     names_ok.add(queue)
@@ -537,7 +543,10 @@ class JobManager(models.Manager["Job"]):
                 )
             if "kind" not in spec:
                 raise InvalidJobError("kind", None, "is required", index=index)
+            if trace is not None:
+                spec = {**spec, "metadata": tracing.with_traceparent(spec.get("metadata"))}
             row = build_row(**spec, now=now, index=index)
+            warn_unknown_kind(row.kind)
             run_at = row.run_at or now
             state = "scheduled" if run_at > now else "available"
             if row.unique_key is not None:
