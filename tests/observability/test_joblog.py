@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -60,15 +59,6 @@ def _registry(gates: Gates) -> Registry:
 @pytest.fixture
 def sink() -> RecordingSink:
     return RecordingSink()
-
-
-@pytest.fixture
-def gates() -> Iterator[Gates]:
-    value = Gates()
-    try:
-        yield value
-    finally:
-        value.open_all()
 
 
 @pytest.fixture
