@@ -46,7 +46,7 @@ DEFAULTS: dict[str, Any] = {
     # Prometheus metrics of each worker process on that port (METRICS_ADDR: the address to bind).
     "METRICS": "none",
     "METRICS_PORT": None,
-    "METRICS_ADDR": "0.0.0.0",
+    "METRICS_ADDR": "0.0.0.0",  # noqa: S104 - scraped from another host, as prometheus-client binds
     # The depth view (awa_django.observability.views.metrics) answers only requests that send
     # "Authorization: Bearer <METRICS_TOKEN>" when set; unset, it is open to whoever reaches its URL.
     "METRICS_TOKEN": None,

@@ -34,7 +34,9 @@ class Sink(MetricsSink):
         self.run = meter.create_histogram("awa.job.run", unit="s", description="Seconds a finished attempt ran.")
         for name, description, attr in QUEUE_GAUGES:
             meter.create_observable_gauge(
-                name.replace("awa_queue_", "awa.queue."), callbacks=[self._queue_callback(attr)], description=description
+                name.replace("awa_queue_", "awa.queue."),
+                callbacks=[self._queue_callback(attr)],
+                description=description,
             )
         for name, description, attr in WORKER_GAUGES:
             meter.create_observable_gauge(

@@ -37,7 +37,6 @@ logger = logging.getLogger(__name__)
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
-
 class _WorkerCollector(Collector):
     """Reads the worker's gauges at scrape time (nothing is kept up to date in between)."""
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -44,14 +46,15 @@ def _registry(gates: Gates) -> Registry:
         await gates.wait(context.job_id)
 
     registry = Registry()
-    for kind, func, takes_context in [
+    handlers: list[tuple[str, Callable[..., Any], bool]] = [
         ("ok", ok, False),
         ("flaky", flaky, True),
         ("snooze", snooze, False),
         ("terminal", terminal, False),
         ("cancel", cancel, False),
         ("gated", gated, True),
-    ]:
+    ]
+    for kind, func, takes_context in handlers:
         registry.register(JobHandler(kind, func, queue=QUEUE, takes_context=takes_context))
     return registry
 
@@ -172,7 +175,9 @@ def test_outcome_lines__a_write_refused_by_the_lease_guard_is_logged_and_counted
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outcome_lines__a_rescue_logs_each_rescued_job(job_lines: pytest.LogCaptureFixture, sink: RecordingSink) -> None:
+def test_outcome_lines__a_rescue_logs_each_rescued_job(
+    job_lines: pytest.LogCaptureFixture, sink: RecordingSink
+) -> None:
     job = Job.objects.enqueue("some_kind", queue="elsewhere", max_attempts=5)
     Job.objects.filter(pk=job.pk).update(
         state="running", attempt=1, run_lease=1, heartbeat_at=timezone.now() - timedelta(hours=1)

@@ -72,8 +72,10 @@ def test_worker_endpoint__counters_move_and_gauges_match_the_database(spawn: Spa
     after = wait_until(
         _when(
             port,
-            lambda s: _value(s, "awa_jobs_total", queue="metered", kind="noop", outcome="completed") == 25.0
-            and _value(s, "awa_jobs_total", queue="metered", kind="fail", outcome="failed") == 1.0,
+            lambda s: (
+                _value(s, "awa_jobs_total", queue="metered", kind="noop", outcome="completed") == 25.0
+                and _value(s, "awa_jobs_total", queue="metered", kind="fail", outcome="failed") == 1.0
+            ),
         ),
         timeout=60,
         what="the counters to reach 25 completed and 1 failed",

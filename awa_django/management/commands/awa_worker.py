@@ -16,8 +16,8 @@ from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import ConfigurationError
-from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
 
