@@ -120,6 +120,12 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
 
             raise UnsupportedError(system.weighted_reason)
         weighted = {"global_max": concurrency, "queues": {"bench": {"min": 0, "weight": 1}}}
+    if p.get("metrics"):
+        if not getattr(system, "supports_metrics", False):
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.metrics_reason)
+        system.worker_metrics = str(p["metrics"])
     system.bulk_enqueue(n, kind="noop", queue="bench")
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")

@@ -27,6 +27,7 @@ SETTINGS = "bench.djproject.settings_awa"
 class AwaDjango(System):
     name = "awa_django"
     supports_weighted = True
+    supports_metrics = True
     notes = ["this checkout; Job.objects.enqueue / enqueue_many; worker: manage.py awa_worker"]
 
     def __init__(self, db_url: str, workdir: Path) -> None:
@@ -96,6 +97,11 @@ class AwaDjango(System):
             cmd += ["-q", queue]
         if weighted is not None:
             cmd += ["--global-max-workers", str(int(weighted["global_max"]))]
+        if self.worker_metrics:
+            # The drain_metrics row: the Prometheus sink recording every job, served on a free port.
+            cmd += ["--metrics", self.worker_metrics]
+            if self.worker_metrics == "prometheus":
+                cmd += ["--metrics-port", str(_free_port())]
         return cmd
 
     def worker_env(self, log_path: Path) -> dict[str, str]:
@@ -132,6 +138,15 @@ class AwaDjango(System):
 
         connections.close_all()
         super().close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def make(db_url: str, workdir: Path) -> AwaDjango:

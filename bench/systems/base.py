@@ -76,6 +76,9 @@ class System:
     name = "?"
     supports_weighted = False
     weighted_reason = "no weighted per-queue concurrency"
+    # Worker metrics the next start_worker turns on ("prometheus"), for the metrics-overhead row.
+    worker_metrics: str | None = None
+    metrics_reason = "no worker metrics flavour in this adapter"
     # Concurrency actually used by one worker process when 32 is asked for (None = as asked).
     max_concurrency_per_process: int | None = None
     notes: list[str] = []
