@@ -133,6 +133,7 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
     try:
         done_at = _wait_completed(system, workers, n, float(p.get("timeout", 600)))
+        cpu = workers.cpu_seconds()
     finally:
         workers.stop()
     events, _ = handlerlog.read(str(log_path))
@@ -154,6 +155,8 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "processes_seen": len(first_by_pid),
         "all_started_seconds": max(first_by_pid.values()) - first_start,
     }
+    if cpu is not None:  # the workers' CPU per 1,000 jobs, start-up included (the same in every flavour)
+        result["worker_cpu_ms_per_1k_jobs"] = cpu * 1000.0 / n * 1000.0
     result.update(_verify_exactly_once(system, log_path, range(n)))
     if not result["exactly_once"]:
         raise RuntimeError(f"exactly-once check failed: {result}")

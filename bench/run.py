@@ -346,6 +346,8 @@ ROWS = [
     ("bulk enqueue, jobs/s", "bulk", "jobs_per_s", "int", True),
     ("drain 1 proc x {concurrency}, jobs/s", "drain", "jobs_per_s", "int", True),
     ("drain 1 proc x {concurrency}, Prometheus metrics on, jobs/s", "drain_metrics", "jobs_per_s", "int", True),
+    ("drain 1 proc, worker CPU ms per 1k jobs", "drain", "worker_cpu_ms_per_1k_jobs", "int", False),
+    ("drain 1 proc, metrics on, worker CPU ms per 1k jobs", "drain_metrics", "worker_cpu_ms_per_1k_jobs", "int", False),
     ("pickup latency p50, ms", "latency", "p50_ms", "ms", False),
     ("pickup latency p95, ms", "latency", "p95_ms", "ms", False),
     ("pickup latency p99, ms", "latency", "p99_ms", "ms", False),

@@ -21,11 +21,12 @@ Names (documented in the README's Observability section):
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from awa_django.exceptions import ConfigurationError
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 # Seconds: from a few milliseconds (a hot queue) to an hour (a long backlog or a slow job).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+BOUNDS = (*(repr(b) for b in BUCKETS), "+Inf")  # the le label values
 
 
 class _WorkerCollector(Collector):
@@ -67,36 +69,64 @@ def worker_families(gauges: WorkerGauges) -> Iterator[GaugeMetricFamily]:
             yield GaugeMetricFamily(name, help_text, value=float(value))
 
 
+class _Histogram:
+    """Bucket counts, sum and count for one label set; updated on the worker's loop only."""
+
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(BUCKETS) + 1)  # the last one is +Inf
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.buckets[bisect_left(BUCKETS, value)] += 1
+        self.count += 1
+        self.total += value
+
+
+class _JobCollector(Collector):
+    """Turns the sink's plain counts into Prometheus families at scrape time."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def collect(self) -> Iterator[Metric]:
+        counts = dict(self.sink.counts)  # dict and list copies are atomic under the GIL
+        jobs = CounterMetricFamily("awa_jobs", "Job attempts by outcome.", labels=["queue", "kind", "outcome"])
+        for labels, value in counts.items():
+            jobs.add_metric(list(labels), value)
+        yield jobs
+        for name, help_text, series in (
+            ("awa_job_wait_seconds", "Seconds from a job being due (run_at) to a worker claiming it.", self.sink.waits),
+            ("awa_job_run_seconds", "Seconds a finished attempt's handler ran.", self.sink.runs),
+        ):
+            family = HistogramMetricFamily(name, help_text, labels=["queue", "kind"])
+            for pair, histogram in dict(series).items():
+                buckets = list(histogram.buckets)
+                cumulative: list[tuple[str, float]] = []
+                running = 0
+                for bound, n in zip(BOUNDS, buckets, strict=True):
+                    running += n
+                    cumulative.append((bound, running))
+                family.add_metric(list(pair), cumulative, histogram.total)
+            yield family
+
+
 class Sink(MetricsSink):
-    """Counters and histograms on the hot path; gauges read at scrape time."""
+    """Plain counts on the hot path (no locks: the worker's loop is the only writer), turned into
+    counters and histograms when scraped; gauges read at scrape time."""
 
     name = "prometheus"
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.gauges: Callable[[], WorkerGauges] | None = None
-        self.jobs = Counter(
-            "awa_jobs", "Job attempts by outcome.", ["queue", "kind", "outcome"], registry=self.registry
-        )
-        self.wait = Histogram(
-            "awa_job_wait_seconds",
-            "Seconds from a job being due (run_at) to a worker claiming it.",
-            ["queue", "kind"],
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
-        self.run = Histogram(
-            "awa_job_run_seconds",
-            "Seconds a finished attempt's handler ran.",
-            ["queue", "kind"],
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
+        self.counts: dict[tuple[str, str, str], int] = {}
+        self.waits: dict[tuple[str, str], _Histogram] = {}
+        self.runs: dict[tuple[str, str], _Histogram] = {}
+        self.registry.register(_JobCollector(self))
         self.registry.register(_WorkerCollector(self))
-        # Children by labels: a dict lookup per job instead of prometheus-client's labels() call.
-        self._counted: dict[tuple[str, str, str], Any] = {}
-        self._waited: dict[tuple[str, str], Any] = {}
-        self._ran: dict[tuple[str, str], Any] = {}
         self._server: Any = None
 
     def bind(self, gauges: Callable[[], WorkerGauges]) -> None:
@@ -106,22 +136,19 @@ class Sink(MetricsSink):
         if waited is None:
             return
         key = (queue, kind)
-        child = self._waited.get(key)
-        if child is None:
-            child = self._waited[key] = self.wait.labels(queue, kind)
-        child.observe(max(waited, 0.0))
+        histogram = self.waits.get(key)
+        if histogram is None:
+            histogram = self.waits[key] = _Histogram()
+        histogram.observe(waited if waited > 0.0 else 0.0)
 
     def job_finished(self, queue: str, kind: str, outcome: str, seconds: float | None) -> None:
         key = (queue, kind, outcome)
-        counter = self._counted.get(key)
-        if counter is None:
-            counter = self._counted[key] = self.jobs.labels(queue, kind, outcome)
-        counter.inc()
+        self.counts[key] = self.counts.get(key, 0) + 1
         if seconds is not None:
-            ran = self._ran.get(key[:2])
-            if ran is None:
-                ran = self._ran[key[:2]] = self.run.labels(queue, kind)
-            ran.observe(seconds)
+            histogram = self.runs.get(key[:2])
+            if histogram is None:
+                histogram = self.runs[key[:2]] = _Histogram()
+            histogram.observe(seconds)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - an operator's choice
         try:

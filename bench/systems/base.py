@@ -51,6 +51,19 @@ class WorkerGroup:
             if code is not None:
                 raise RuntimeError(f"worker pid {proc.pid} exited with {code}: {tail(out)}")
 
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the worker processes (not their children) have used so far (Linux
+        /proc); None elsewhere. Less sensitive to a busy shared machine than wall-clock rates."""
+        total = 0.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        for proc in self.procs:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                return None
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15)
+        return total
+
     def stop(self, timeout: float = 10.0) -> None:
         for proc in self.procs:
             if proc.poll() is None:

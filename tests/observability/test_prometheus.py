@@ -172,3 +172,24 @@ def test_depth_view__token_required_when_set() -> None:
         ok = Client().get("/awa/metrics", headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
     assert b"awa_workers_live" in ok.content
+
+
+def test_sink__histogram_buckets_are_cumulative_and_inclusive() -> None:
+    sink = Sink()
+    for value in (0.0, 0.005, 0.0051, 4000.0):
+        sink.job_started("q", "k", value)
+    sink.job_started("q", "k", None)  # not measured: not observed
+    sink.job_finished("q", "k", "completed", 0.2)
+    sink.job_finished("q", "k", "completed", None)
+    sink.job_finished("q", "k", "failed", 0.2)
+    samples = _parse(prometheus_client.generate_latest(sink.registry).decode())
+    bucket = "awa_job_wait_seconds_bucket"
+    assert _value(samples, bucket, queue="q", kind="k", le="0.005") == 2  # 0.0 and 0.005 (le is inclusive)
+    assert _value(samples, bucket, queue="q", kind="k", le="0.01") == 3
+    assert _value(samples, bucket, queue="q", kind="k", le="3600.0") == 3
+    assert _value(samples, bucket, queue="q", kind="k", le="+Inf") == 4
+    assert _value(samples, "awa_job_wait_seconds_count", queue="q", kind="k") == 4
+    assert _value(samples, "awa_job_wait_seconds_sum", queue="q", kind="k") == pytest.approx(4000.0101)
+    assert _value(samples, "awa_jobs_total", queue="q", kind="k", outcome="completed") == 2
+    assert _value(samples, "awa_jobs_total", queue="q", kind="k", outcome="failed") == 1
+    assert _value(samples, "awa_job_run_seconds_count", queue="q", kind="k") == 2
