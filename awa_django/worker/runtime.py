@@ -729,7 +729,6 @@ class Worker:
         names = list(current) if self.config.fixed_queues else list(dict.fromkeys([*current, *rows]))
         wanted = {name: rows.get(name, current.get(name) or QueueConfig(name)) for name in names}
         if wanted == current:
-            logger.debug("queue settings re-read: unchanged")
             return False
         try:
             self.allocator.reconfigure(self.config.global_max_workers, wanted)
