@@ -79,11 +79,6 @@ class _Histogram:
         self.count = 0
         self.total = 0.0
 
-    def observe(self, value: float) -> None:
-        self.buckets[bisect_left(BUCKETS, value)] += 1
-        self.count += 1
-        self.total += value
-
 
 class _JobCollector(Collector):
     """Turns the sink's plain counts into Prometheus families at scrape time."""
@@ -132,23 +127,34 @@ class Sink(MetricsSink):
     def bind(self, gauges: Callable[[], WorkerGauges]) -> None:
         self.gauges = gauges
 
+    # The two calls below run once per job on the worker's loop: a dict lookup and a few integer
+    # additions each (about 1 us together), the histogram update written out rather than called.
+
     def job_started(self, queue: str, kind: str, waited: float | None) -> None:
         if waited is None:
             return
-        key = (queue, kind)
-        histogram = self.waits.get(key)
+        histogram = self.waits.get((queue, kind))
         if histogram is None:
-            histogram = self.waits[key] = _Histogram()
-        histogram.observe(waited if waited > 0.0 else 0.0)
+            histogram = self.waits[(queue, kind)] = _Histogram()
+        if waited < 0.0:  # clocks: run_at written by a client clock ahead of the database's
+            waited = 0.0
+        histogram.buckets[bisect_left(BUCKETS, waited)] += 1
+        histogram.count += 1
+        histogram.total += waited
 
     def job_finished(self, queue: str, kind: str, outcome: str, seconds: float | None) -> None:
         key = (queue, kind, outcome)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        try:
+            self.counts[key] += 1
+        except KeyError:
+            self.counts[key] = 1
         if seconds is not None:
-            histogram = self.runs.get(key[:2])
+            histogram = self.runs.get((queue, kind))
             if histogram is None:
-                histogram = self.runs[key[:2]] = _Histogram()
-            histogram.observe(seconds)
+                histogram = self.runs[(queue, kind)] = _Histogram()
+            histogram.buckets[bisect_left(BUCKETS, seconds)] += 1
+            histogram.count += 1
+            histogram.total += seconds
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - an operator's choice
         try:
