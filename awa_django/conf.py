@@ -50,6 +50,15 @@ DEFAULTS: dict[str, Any] = {
     # Enqueue limits.
     "MAX_TAGS": 32,
     "MAX_TAG_LENGTH": 255,
+    # Worker metrics: "none", "prometheus" (awa-django[metrics]), "otel" (awa-django[otel]) or a dotted
+    # path to a MetricsSink subclass; --metrics overrides. METRICS_PORT (--metrics-port) serves the
+    # Prometheus metrics of each worker process on that port (METRICS_ADDR: the address to bind).
+    "METRICS": "none",
+    "METRICS_PORT": None,
+    "METRICS_ADDR": "0.0.0.0",  # noqa: S104 - scraped from another host, as prometheus-client binds
+    # The depth view (awa_django.observability.views.metrics) answers only requests that send
+    # "Authorization: Bearer <METRICS_TOKEN>" when set; unset, it is open to whoever reaches its URL.
+    "METRICS_TOKEN": None,
     # Who runs jobs: "worker" (awa_worker processes) or "immediate" (each job runs in-process right
     # after its enqueue commits: development and tests without a worker; see awa_django.inline).
     "EXECUTION": "worker",

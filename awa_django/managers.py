@@ -36,6 +36,8 @@ from awa_django.defaults import (
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.inline import after_enqueue, after_enqueue_many
 from awa_django.notices import notices
+from awa_django.observability import tracing
+from awa_django.observability.joblog import warn_unknown_kind
 from awa_django.registry import registry
 from awa_django.sql import statements
 from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
@@ -447,10 +449,11 @@ class JobManager(models.Manager["Job"]):
             priority=defaults.priority if priority is None else priority,
             run_at=run_at,
             max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
-            metadata=metadata,
+            metadata=tracing.with_traceparent(metadata),
             tags=tags,
             unique=unique,
         )
+        warn_unknown_kind(row.kind)
         alias = self._alias()
         params: dict[str, Any] = {
             "kind": row.kind,
@@ -505,7 +508,7 @@ class JobManager(models.Manager["Job"]):
             priority=priority,
             run_at=run_at,
             max_attempts=max_attempts,
-            metadata=metadata,
+            metadata=tracing.with_traceparent(metadata),  # taken here, on the caller's context
             tags=tags,
             unique=unique,
         )
@@ -533,7 +536,9 @@ class JobManager(models.Manager["Job"]):
         last_kind: object = _UNSEEN  # the previous fast-path spec's kind and queue, with the kind's defaults
         last_queue: object = _UNSEEN
         d_queue, d_priority, d_max_attempts = _PLAIN_DEFAULTS
-        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{{}}\t{{}}\t\\N\t\\N\t0\n"
+        trace = tracing.current_trace()  # None unless OpenTelemetry has a current span
+        trace_json = "{}" if trace is None else json.dumps(trace).replace("\\", "\\\\")
+        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{trace_json}\t{{}}\t\\N\t\\N\t0\n"
         for index, spec in enumerate(specs):
             if type(spec) is dict and spec.keys() <= _FAST_KEYS and "kind" in spec:
                 kind = spec["kind"]
@@ -541,6 +546,7 @@ class JobManager(models.Manager["Job"]):
                     if type(kind) is not str or kind not in names_ok:
                         kind = _check_name("kind", kind, index)
                         names_ok.add(kind)
+                        warn_unknown_kind(kind)
                     defaults = by_kind.get(kind)
                     if defaults is None:
                         defaults = by_kind[kind] = kind_defaults(kind)
@@ -592,6 +598,8 @@ class JobManager(models.Manager["Job"]):
             if "kind" not in spec:
                 raise InvalidJobError("kind", None, "is required", index=index)
             options = dict(spec)
+            if trace is not None:
+                options["metadata"] = tracing.with_traceparent(options.get("metadata"))
             if isinstance(options["kind"], str):
                 defaults = by_kind.get(options["kind"]) or by_kind.setdefault(
                     options["kind"], kind_defaults(options["kind"])
@@ -600,6 +608,7 @@ class JobManager(models.Manager["Job"]):
                     if options.get(key) is None:
                         options[key] = value
             row = build_row(**options, now=now, index=index)
+            warn_unknown_kind(row.kind)
             queues_seen.add(row.queue)
             run_at = row.run_at or now
             state = "scheduled" if run_at > now else "available"

@@ -128,13 +128,24 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         scope = p.get("scope", "process")
         global_max = concurrency * (processes if scope == "cluster" else 1)
         weighted = {"global_max": global_max, "queues": {"bench": {"min": 0, "weight": 1}}, "scope": scope}
+    if p.get("metrics"):
+        if not getattr(system, "supports_metrics", False):
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.metrics_reason)
+        system.worker_metrics = str(p["metrics"])
     system.bulk_enqueue(n, kind="noop", queue="bench")
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")
     log_path = system.workdir / "handler.log"
     workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
     try:
+        # The workers' CPU between 10 % and 100 % completed: the steady per-job cost, start-up
+        # (imports, connections) left out.
+        _wait_completed(system, workers, n // 10, float(p.get("timeout", 600)))
+        cpu_from, done_from = workers.cpu_seconds(), system.count_completed()
         done_at = _wait_completed(system, workers, n, float(p.get("timeout", 600)))
+        cpu_to = workers.cpu_seconds()
     finally:
         workers.stop()
     events, _ = handlerlog.read(str(log_path))
@@ -156,6 +167,8 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "processes_seen": len(first_by_pid),
         "all_started_seconds": max(first_by_pid.values()) - first_start,
     }
+    if cpu_from is not None and cpu_to is not None and n > done_from:
+        result["worker_cpu_us_per_job"] = (cpu_to - cpu_from) / (n - done_from) * 1e6
     result.update(_verify_exactly_once(system, log_path, range(n)))
     if not result["exactly_once"]:
         raise RuntimeError(f"exactly-once check failed: {result}")

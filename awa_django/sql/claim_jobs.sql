@@ -9,6 +9,8 @@
 --   locks released when the statement ends. A paused queue claims nothing.
 -- Each claim starts a new attempt: attempt + 1, and run_lease + 1, which every later write of this
 --   attempt must match.
+-- Returns the ClaimedJob fields, the last one the seconds the job waited from due (run_at) to this
+--   claim, by the database's clock (the wait-time metric).
 WITH picked AS (
     SELECT id
     FROM awa_job
@@ -29,4 +31,5 @@ SET state = 'running',
     deadline_at = now() + %(deadline)s::interval
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata
+RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata,
+    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited

@@ -23,6 +23,8 @@ class ClaimedJob:
     run_lease: int
     priority: int
     metadata: dict[str, Any]
+    # Seconds from due (run_at) to this claim, by the database clock; None where not measured.
+    waited: float | None = None
 
 
 class JobContext:

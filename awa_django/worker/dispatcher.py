@@ -170,6 +170,14 @@ class Dispatcher:
             if self.nudges == nudges:
                 self.hungry = False
                 self.stand_down()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "claimed queue=%s asked=%d claimed=%d ids=%s",
+                self.queue,
+                len(permits),
+                len(rows),
+                ",".join(str(row[0]) for row in rows[:20]),
+            )
         # 6. dispatch each job with exactly one permit.
         self.claimed_total += len(rows)
         for row, permit in zip(rows, permits, strict=False):

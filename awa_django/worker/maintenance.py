@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_django.conf import awa_settings
+from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
 from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
@@ -137,6 +138,11 @@ class Maintenance:
                 len(rescued),
                 [r[0] for r in rescued][:20],
             )
+            for job_id, state, kind, queue, attempt, reason in rescued:
+                worker.metrics.job_finished(queue, kind, "rescued", None)
+                log_job(
+                    "rescued", job_id=job_id, kind=kind, queue=queue, attempt=attempt, error=reason, note=f"now {state}"
+                )
             await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
         # Cluster capacity: after the rescue, so a dead worker's jobs and its part go together.
         await self.cluster.plan_once(conn)

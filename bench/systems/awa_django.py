@@ -28,6 +28,7 @@ class AwaDjango(System):
     name = "awa_django"
     supports_weighted = True
     supports_cluster = True
+    supports_metrics = True
     notes = ["this checkout; Job.objects.enqueue / enqueue_many; worker: manage.py awa_worker"]
 
     def __init__(self, db_url: str, workdir: Path) -> None:
@@ -103,6 +104,11 @@ class AwaDjango(System):
             cmd += ["--global-max-workers", str(int(weighted["global_max"]))]
             if weighted.get("scope") == "cluster":
                 cmd += ["--capacity-scope", "cluster"]
+        if self.worker_metrics:
+            # The drain_metrics row: the Prometheus sink recording every job, served on a free port.
+            cmd += ["--metrics", self.worker_metrics]
+            if self.worker_metrics == "prometheus":
+                cmd += ["--metrics-port", str(_free_port())]
         return cmd
 
     def worker_env(self, log_path: Path) -> dict[str, str]:
@@ -139,6 +145,15 @@ class AwaDjango(System):
 
         connections.close_all()
         super().close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def make(db_url: str, workdir: Path) -> AwaDjango:

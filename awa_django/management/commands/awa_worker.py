@@ -16,7 +16,8 @@ from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
-from awa_django.management.arguments import positive_int, seconds, seconds_or_zero
+from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
 
@@ -154,6 +155,20 @@ class Command(BaseCommand):
             help="a running job whose heartbeat is older than this is rescued",
         )
 
+        parser.add_argument(
+            "--metrics",
+            metavar="SINK",
+            help="record metrics: none, prometheus (awa-django[metrics]), otel (awa-django[otel]) or a dotted "
+            "path to a MetricsSink subclass (default: AWA['METRICS'], none; prometheus when --metrics-port is given)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="serve this worker's Prometheus metrics on http://ADDR:PORT/metrics (default: AWA['METRICS_PORT']); "
+            "each worker process on a host needs its own port",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.models import Queue
         from awa_django.registry import registry
@@ -169,6 +184,7 @@ class Command(BaseCommand):
                 problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
+        metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
         alias = str(awa_settings.DATABASE_ALIAS)
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic()
@@ -219,11 +235,13 @@ class Command(BaseCommand):
                 synced.updated,
                 synced.removed,
             )
-        worker = Worker(config)
+        worker = Worker(config, metrics=metrics)
         try:
             asyncio.run(worker.run())
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
             pass
+        finally:
+            metrics.close()
         if worker.executor.sync_running:
             logging.getLogger("awa_django").warning(
                 "%d sync handler(s) still running in threads; exiting without waiting for them "
@@ -249,6 +267,28 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+
+
+def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
+    """The sink from --metrics/--metrics-port or AWA['METRICS']/AWA['METRICS_PORT'], serving its
+    port if one is set; every mistake is a CommandError naming the value and the fix."""
+    listen_port = port_option if port_option is not None else awa_settings.METRICS_PORT
+    if listen_port is not None and (
+        isinstance(listen_port, bool) or not isinstance(listen_port, int) or not 1 <= listen_port <= 65535
+    ):
+        raise CommandError(f"AWA['METRICS_PORT'] is {listen_port!r}; use a port number from 1 to 65535, or None")
+    if name is None:
+        name = awa_settings.METRICS
+        if (name is None or name == "none") and listen_port is not None:
+            name = "prometheus"  # a port to serve on says what is wanted
+    addr = awa_settings.METRICS_ADDR
+    try:
+        sink = load_sink(name)
+        if listen_port is not None:
+            sink.serve(listen_port, str(addr))
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+    return sink
 
 
 def _read_queue_rows() -> list[dict[str, Any]]:
