@@ -189,12 +189,7 @@ class OverflowPool:
         below = [
             (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
         ]
-        owed = {key[-1]: key for key in self._ranked(now)}
-        below.sort(
-            key=lambda pair: owed.get(
-                pair[1], (-self._credit(pair[0], now) / max(pair[0].weight, 1), 0.0, pair[0].last_grant, pair[1])
-            )
-        )
+        below.sort(key=lambda pair: self._rank_key(pair[1], pair[0], now))
         return [q for _, q in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
@@ -392,17 +387,16 @@ class OverflowPool:
         return self._targets(now)[queue]
 
     def _ranked(self, now: float) -> list[tuple[float, float, float, str]]:
-        """Sort keys of the contenders whose share has a fractional part: most owed per unit of
-        weight first; on a
-        tie the one furthest below its share now, then the one granted longest ago (so ties
-        rotate instead of going to the first-configured queue)."""
-        keys = []
-        for queue, e in self._contenders.items():
-            if e.fractional:
-                gap = e.share - e.held
-                owed = (e.credit + gap * max(0.0, now - e.stamp)) / e.weight
-                keys.append((-owed, -gap, e.last_grant, queue))
-        return keys
+        """Sort keys (`_rank_key`) of the contenders whose share has a fractional part."""
+        return [self._rank_key(queue, e, now) for queue, e in self._contenders.items() if e.fractional]
+
+    @staticmethod
+    def _rank_key(queue: str, e: _Entry, now: float) -> tuple[float, float, float, str]:
+        """Most owed per unit of weight first; on a tie the one furthest below its share now, then
+        the one granted longest ago (so ties rotate instead of going to the first-configured queue)."""
+        gap = e.share - e.held
+        owed = (e.credit + gap * max(0.0, now - e.stamp)) / max(e.weight, 1)
+        return (-owed, -gap, e.last_grant, queue)
 
     def _credit(self, entry: _Entry, now: float) -> float:
         return entry.credit + (entry.share - entry.held) * max(0.0, now - entry.stamp)

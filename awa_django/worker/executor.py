@@ -31,8 +31,7 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
-from awa_django.validation import UnstorableValueError as ValidationUnstorableError
-from awa_django.validation import storable_json
+from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.storable import escape_json, find_problem
 
@@ -206,7 +205,7 @@ class Executor:
         # handler failure to retry): the job fails at once, saying why.
         try:
             text = storable_json(result)
-        except ValidationUnstorableError as exc:
+        except UnstorableValueError as exc:
             # Say where, when it is a bad character (NUL, a lone surrogate) somewhere inside.
             try:
                 where = find_problem(result, "the handler's return value")
