@@ -486,8 +486,12 @@ class QueueAdmin(SafeSelectionMixin, _QueueAdminBase):
 
     @admin.display(description="mode")
     def mode(self, obj: Queue) -> str:
-        modes = _stats(obj).modes
-        return ", ".join(m.replace("_", "-") for m in modes) if modes else "no live worker"
+        stats = _stats(obj)
+        if stats.modes:
+            return ", ".join(m.replace("_", "-") for m in stats.modes)
+        if stats.waiting_without_worker:  # jobs wait that nobody will run: flag it
+            return format_html('<span class="awa-bad">no live worker, {} waiting</span>', stats.available)
+        return "no live worker"
 
     @admin.display(description="in flight")
     def in_flight(self, obj: Queue) -> int:

@@ -39,19 +39,7 @@ NEXT_FIRES_SHOWN = 5
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Schedule
-        fields = (
-            "name",
-            "kind",
-            "cron",
-            "timezone",
-            "args",
-            "queue",
-            "priority",
-            "max_attempts",
-            "missed",
-            "catch_up_limit",
-            "paused",
-        )
+        fields = ("name", *services.SCHEDULE_CODE_FIELDS, "paused")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

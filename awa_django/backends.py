@@ -127,8 +127,8 @@ class AwaBackend(BaseTaskBackend):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN
         from awa_django.managers import build_row
-        from awa_django.models import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN
 
         super().__init__(alias, params)
         where = f"TASKS[{alias!r}]"
@@ -154,7 +154,7 @@ class AwaBackend(BaseTaskBackend):
         registry.add_resolver(resolve_task, queues=self.queues)
 
     def validate_task(self, task: Task[..., Any]) -> None:
-        from awa_django.models import NAME_MAX_LENGTH
+        from awa_django.defaults import NAME_MAX_LENGTH
 
         super().validate_task(task)
         if len(task.module_path) > NAME_MAX_LENGTH:

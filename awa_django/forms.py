@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 
 from awa_django.concurrency import QueueLimits, collect_capacity_errors, collect_queue_errors
+from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import (
     ConfigurationError,
     InvalidRateLimitError,
@@ -41,15 +42,20 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
     # Plain integer fields: the rules below give the messages (a bare min_value would say
     # "greater than or equal to 0" without naming the rule or the queue).
     max_workers = forms.IntegerField(
-        initial=50, help_text="Hard-reserved mode: jobs of this queue one worker runs at once (at least 1)."
+        initial=MAX_WORKERS_DEFAULT,
+        help_text="Hard-reserved mode: jobs of this queue one worker runs at once (at least 1).",
     )
     min_workers = forms.IntegerField(
-        initial=0,
+        initial=MIN_WORKERS_DEFAULT,
         help_text="Weighted mode: slots guaranteed to this queue in every worker (0 or more; the sum over "
         "all queues may not exceed the global maximum).",
     )
-    weight = forms.IntegerField(initial=1, help_text="Weighted mode: share of the overflow pool (at least 1).")
-    rate_burst = forms.IntegerField(initial=0, help_text="Token-bucket burst (0 or more); 0 means ceil(rate_limit).")
+    weight = forms.IntegerField(
+        initial=WEIGHT_DEFAULT, help_text="Weighted mode: share of the overflow pool (at least 1)."
+    )
+    rate_burst = forms.IntegerField(
+        initial=RATE_BURST_DEFAULT, help_text="Token-bucket burst (0 or more); 0 means ceil(rate_limit)."
+    )
 
     class Meta:
         model = Queue

@@ -23,8 +23,22 @@ from django.db import IntegrityError, connections, models, transaction
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
+from awa_django.defaults import (
+    MAX_ATTEMPTS_DEFAULT,
+    MAX_ATTEMPTS_MAX,
+    MAX_ATTEMPTS_MIN,
+    NAME_MAX_LENGTH,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_DEFAULT,
+)
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.inline import after_enqueue, after_enqueue_many
+from awa_django.notices import notices
+from awa_django.observability import tracing
+from awa_django.observability.joblog import warn_unknown_kind
+from awa_django.registry import registry
 from awa_django.sql import statements
 from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
 
@@ -75,8 +89,6 @@ class _Row(NamedTuple):
 
 
 def _check_name(field: str, value: object, index: int | None) -> str:
-    from awa_django.models import NAME_MAX_LENGTH
-
     if not isinstance(value, str) or not value.strip():
         raise InvalidJobError(field, value, "must be a non-empty string", index=index)
     if len(value) > NAME_MAX_LENGTH:
@@ -251,10 +263,10 @@ def build_row(
     kind: object,
     args: object = None,
     *,
-    queue: object = "default",
-    priority: object = 2,
+    queue: object = QUEUE_DEFAULT,
+    priority: object = PRIORITY_DEFAULT,
     run_at: object = None,
-    max_attempts: object = 25,
+    max_attempts: object = MAX_ATTEMPTS_DEFAULT,
     metadata: object = None,
     tags: object = None,
     unique: object = None,
@@ -262,8 +274,6 @@ def build_row(
     index: int | None = None,
 ) -> _Row:
     """Validate one job spec completely; raise InvalidJobError naming the value and the rule."""
-    from awa_django.models import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
-
     kind_s = _check_name("kind", kind, index)
     queue_s = _check_name("queue", queue, index)
     args_d, args_json = _check_json_object("args", args, index)
@@ -308,6 +318,29 @@ def _copy_array(values: Sequence[str]) -> str:
     return _copy_text("{" + ",".join(quoted) + "}")
 
 
+class KindDefaults(NamedTuple):
+    """What an enqueue that leaves queue, priority or max_attempts out gets for a kind."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+
+
+_PLAIN_DEFAULTS = KindDefaults(QUEUE_DEFAULT, PRIORITY_DEFAULT, MAX_ATTEMPTS_DEFAULT)
+_UNSEEN = object()  # no spec has been seen yet (None is a spec's value: "the default")
+
+
+def kind_defaults(kind: object) -> KindDefaults:
+    """The ``@job`` options of ``kind`` when it is registered, else the package defaults.
+
+    Only ``@job`` handlers count (a dict lookup); the values were validated when it registered.
+    """
+    handler = registry.registered(kind) if isinstance(kind, str) else None
+    if handler is None:
+        return _PLAIN_DEFAULTS
+    return KindDefaults(handler.queue, handler.priority, handler.max_attempts)
+
+
 _FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts"})
 _SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
 
@@ -319,11 +352,12 @@ def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any
     server-side prepared statement matters (~1.3x jobs/s here). So, unless Django is recording
     queries (DEBUG, tests counting queries) or someone installed an execute wrapper, this runs on
     a psycopg server-binding cursor over the same connection, prepared, with the same checks and
-    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False turns it off (for a
-    pooler in transaction mode that cannot keep prepared statements).
+    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False, or AWA["POOLER"] =
+    "transaction" with PREPARED_STATEMENTS unset, turns it off (a transaction pooler hands each
+    transaction a different server session, where the prepared statement does not exist).
     """
     connection = connections[alias]
-    if connection.queries_logged or connection.execute_wrappers or not awa_settings.PREPARED_STATEMENTS:
+    if connection.queries_logged or connection.execute_wrappers or not awa_settings.use_prepared_statements:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()  # type: ignore[no-any-return]
@@ -390,30 +424,36 @@ class JobManager(models.Manager["Job"]):
         kind: str,
         args: Mapping[str, Any] | None = None,
         *,
-        queue: str = "default",
-        priority: int = 2,
+        queue: str | None = None,
+        priority: int | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 25,
+        max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
     ) -> Job:
         """Insert one job in the caller's transaction and return it.
 
+        ``queue``, ``priority`` and ``max_attempts`` left out (or None) are the kind's ``@job``
+        options when it is registered, else ``"default"``, 2 and 25. A kind with no handler, or a
+        queue no live worker serves, is logged once as a warning (see ``awa_django.notices``).
+
         Raises InvalidJobError before writing anything if an argument is invalid, and
         UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
         """
+        defaults = kind_defaults(kind)
         row = build_row(
             kind,
             args,
-            queue=queue,
-            priority=priority,
+            queue=defaults.queue if queue is None else queue,
+            priority=defaults.priority if priority is None else priority,
             run_at=run_at,
-            max_attempts=max_attempts,
-            metadata=metadata,
+            max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
+            metadata=tracing.with_traceparent(metadata),
             tags=tags,
             unique=unique,
         )
+        warn_unknown_kind(row.kind)
         alias = self._alias()
         params: dict[str, Any] = {
             "kind": row.kind,
@@ -444,6 +484,7 @@ class JobManager(models.Manager["Job"]):
         }  # fmt: skip
         names = [field.attname for field in self.model._meta.concrete_fields]  # from_db wants model order
         after_enqueue(alias, [job_id])  # AWA["EXECUTION"] = "immediate": run it once this commits
+        notices.after_enqueue(alias, (row.kind,), (row.queue,))
         return self.model.from_db(alias, names, [values[name] for name in names])
 
     async def aenqueue(
@@ -451,10 +492,10 @@ class JobManager(models.Manager["Job"]):
         kind: str,
         args: Mapping[str, Any] | None = None,
         *,
-        queue: str = "default",
-        priority: int = 2,
+        queue: str | None = None,
+        priority: int | None = None,
         run_at: datetime | None = None,
-        max_attempts: int = 25,
+        max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
@@ -467,7 +508,7 @@ class JobManager(models.Manager["Job"]):
             priority=priority,
             run_at=run_at,
             max_attempts=max_attempts,
-            metadata=metadata,
+            metadata=tracing.with_traceparent(metadata),  # taken here, on the caller's context
             tags=tags,
             unique=unique,
         )
@@ -475,20 +516,12 @@ class JobManager(models.Manager["Job"]):
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
         """Insert many jobs with COPY, all or nothing, in the caller's transaction; return the count.
 
-        Each spec is a dict with ``enqueue``'s parameter names. Every spec is validated first: one
+        Each spec is a dict with ``enqueue``'s parameter names and defaults (queue, priority and
+        max_attempts from the kind's ``@job`` options). Every spec is validated first: one
         bad spec raises InvalidJobError (naming its index) before anything is written. A unique
         spec that collides with an existing job or with another spec in the call raises
         UniqueJobConflictError and nothing of the call is kept.
         """
-        from awa_django.models import (
-            MAX_ATTEMPTS_DEFAULT,
-            MAX_ATTEMPTS_MAX,
-            MAX_ATTEMPTS_MIN,
-            PRIORITY_DEFAULT,
-            PRIORITY_MAX,
-            PRIORITY_MIN,
-        )
-
         now = timezone.now()
         now_text = now.isoformat()
         rows: list[str] = []  # COPY text-format lines, in copy_jobs' column order
@@ -497,29 +530,56 @@ class JobManager(models.Manager["Job"]):
         # The common spec ({kind, args[, queue, priority, max_attempts]}) takes a short path with
         # the same rules: names already checked in this call are not checked again, and the line
         # tail is shared. Anything else goes through build_row, like enqueue.
-        names_ok: set[str] = set()
-        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{{}}\t{{}}\t\\N\t\\N\t0\n"
+        names_ok: set[str] = set()  # kinds
+        by_kind: dict[str, KindDefaults] = {}  # each kind's defaults, looked up once per call
+        queues_seen: set[str] = set()
+        last_kind: object = _UNSEEN  # the previous fast-path spec's kind and queue, with the kind's defaults
+        last_queue: object = _UNSEEN
+        d_queue, d_priority, d_max_attempts = _PLAIN_DEFAULTS
+        trace = tracing.current_trace()  # None unless OpenTelemetry has a current span
+        trace_json = "{}" if trace is None else json.dumps(trace).replace("\\", "\\\\")
+        defaults_tail = f"\t{now_text}\t{now_text}\t[]\t{trace_json}\t{{}}\t\\N\t\\N\t0\n"
         for index, spec in enumerate(specs):
             if type(spec) is dict and spec.keys() <= _FAST_KEYS and "kind" in spec:
                 kind = spec["kind"]
-                queue = spec.get("queue", "default")
-                if type(kind) is not str or kind not in names_ok:
-                    kind = _check_name("kind", kind, index)
-                    names_ok.add(kind)
-                if type(queue) is not str or queue not in names_ok:
-                    queue = _check_name("queue", queue, index)
-                    names_ok.add(queue)
+                if kind is not last_kind:  # a bulk call is mostly one kind: look it up once per run
+                    if type(kind) is not str or kind not in names_ok:
+                        kind = _check_name("kind", kind, index)
+                        names_ok.add(kind)
+                        warn_unknown_kind(kind)
+                    defaults = by_kind.get(kind)
+                    if defaults is None:
+                        defaults = by_kind[kind] = kind_defaults(kind)
+                    last_kind = kind
+                    d_queue, d_priority, d_max_attempts = defaults
+                queue = spec.get("queue", d_queue)
+                if queue is not last_queue:
+                    if queue is None:
+                        queue = d_queue
+                    if type(queue) is not str or queue not in queues_seen:
+                        queue = _check_name("queue", queue, index)
+                        queues_seen.add(queue)
+                    last_queue = queue
                 args = spec.get("args")
                 if type(args) is dict and not args:
                     args_json = "{}"
                 else:
                     args_json = _check_json_object("args", args, index)[1]
-                priority = spec.get("priority", PRIORITY_DEFAULT)
-                max_attempts = spec.get("max_attempts", MAX_ATTEMPTS_DEFAULT)
-                if priority is not PRIORITY_DEFAULT:
-                    priority = _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
-                if max_attempts is not MAX_ATTEMPTS_DEFAULT:
-                    max_attempts = _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                # The kind's defaults were validated when it registered; anything else is checked.
+                priority = spec.get("priority", d_priority)
+                if priority is not d_priority:
+                    priority = (
+                        d_priority
+                        if priority is None
+                        else _check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX, index)
+                    )
+                max_attempts = spec.get("max_attempts", d_max_attempts)
+                if max_attempts is not d_max_attempts:
+                    max_attempts = (
+                        d_max_attempts
+                        if max_attempts is None
+                        else _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
+                    )
                 rows.append(
                     f"{_copy_text(kind)}\t{_copy_text(queue)}\t{args_json.replace(chr(92), chr(92) * 2)}"
                     f"\tavailable\t{priority}\t0\t{max_attempts}{defaults_tail}"
@@ -537,7 +597,19 @@ class JobManager(models.Manager["Job"]):
                 )
             if "kind" not in spec:
                 raise InvalidJobError("kind", None, "is required", index=index)
-            row = build_row(**spec, now=now, index=index)
+            options = dict(spec)
+            if trace is not None:
+                options["metadata"] = tracing.with_traceparent(options.get("metadata"))
+            if isinstance(options["kind"], str):
+                defaults = by_kind.get(options["kind"]) or by_kind.setdefault(
+                    options["kind"], kind_defaults(options["kind"])
+                )
+                for key, value in defaults._asdict().items():
+                    if options.get(key) is None:
+                        options[key] = value
+            row = build_row(**options, now=now, index=index)
+            warn_unknown_kind(row.kind)
+            queues_seen.add(row.queue)
             run_at = row.run_at or now
             state = "scheduled" if run_at > now else "available"
             if row.unique_key is not None:
@@ -592,6 +664,7 @@ class JobManager(models.Manager["Job"]):
                 raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
             raise
         after_enqueue_many(alias, now, len(rows))  # AWA["EXECUTION"] = "immediate": run them once this commits
+        notices.after_enqueue(alias, by_kind, queues_seen)
         return len(rows)
 
     async def aenqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:

@@ -10,6 +10,20 @@ from django.db.models import F, Func, Q
 from django.utils import timezone
 
 from awa_django.cron import CATCH_UP_LIMIT_DEFAULT, CATCH_UP_LIMIT_MAX
+from awa_django.defaults import (
+    MAX_ATTEMPTS_DEFAULT,
+    MAX_ATTEMPTS_MAX,
+    MAX_ATTEMPTS_MIN,
+    MAX_WORKERS_DEFAULT,
+    MIN_WORKERS_DEFAULT,
+    NAME_MAX_LENGTH,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_DEFAULT,
+    RATE_BURST_DEFAULT,
+    WEIGHT_DEFAULT,
+)
 from awa_django.managers import JobManager, JobQuerySet
 
 
@@ -25,10 +39,6 @@ class JobState(models.TextChoices):
 
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
-PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = 1, 4, 2
-MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_DEFAULT = 1, 1000, 25
-NAME_MAX_LENGTH = 255
-
 
 class _EqualsAny(Func):
     """``(value = ANY(array))``: true when a column's value is in an array column."""
@@ -39,11 +49,11 @@ class _EqualsAny(Func):
 
 
 class Job(models.Model):
-    """One job. The state machine is in DESIGN.md; the hot-path indexes are partial on state."""
+    """One job. The state machine is in docs/design.md; the hot-path indexes are partial on state."""
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=NAME_MAX_LENGTH)
-    queue = models.CharField(max_length=NAME_MAX_LENGTH, default="default")
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, default=QUEUE_DEFAULT)
     args = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.AVAILABLE)
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
@@ -125,16 +135,18 @@ class Queue(models.Model):
 
     name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
     max_workers = models.PositiveIntegerField(
-        default=50, help_text="Hard-reserved mode: jobs of this queue a worker runs at once."
+        default=MAX_WORKERS_DEFAULT, help_text="Hard-reserved mode: jobs of this queue a worker runs at once."
     )
     min_workers = models.PositiveIntegerField(
-        default=0, help_text="Weighted mode: slots guaranteed to this queue in every worker."
+        default=MIN_WORKERS_DEFAULT, help_text="Weighted mode: slots guaranteed to this queue in every worker."
     )
-    weight = models.PositiveIntegerField(default=1, help_text="Weighted mode: share of the overflow pool.")
+    weight = models.PositiveIntegerField(default=WEIGHT_DEFAULT, help_text="Weighted mode: share of the overflow pool.")
     rate_limit = models.FloatField(
         null=True, blank=True, help_text="At most this many jobs started per second; empty = unlimited."
     )
-    rate_burst = models.PositiveIntegerField(default=0, help_text="Token-bucket burst; 0 means ceil(rate_limit).")
+    rate_burst = models.PositiveIntegerField(
+        default=RATE_BURST_DEFAULT, help_text="Token-bucket burst; 0 means ceil(rate_limit)."
+    )
     paused = models.BooleanField(default=False)
     deadline = models.DurationField(
         null=True,
@@ -241,6 +253,9 @@ class WorkerCapacity(models.Model):
     applied = models.JSONField(default=dict, blank=True, help_text="{queue: cap} the worker enforces")
     global_max_workers = models.PositiveIntegerField(null=True, blank=True, help_text="the worker's own setting")
     caps = models.JSONField(default=dict, blank=True, help_text="{queue: cap} published by the leader")
+    read = models.JSONField(
+        default=dict, blank=True, help_text="{queue: cap} the worker read at its last report (it may apply them)"
+    )
     floors = models.JSONField(default=dict, blank=True, help_text="{queue: cap} to fall back to without a lease")
     rates = models.JSONField(default=dict, blank=True, help_text="{queue: jobs/s} its part of each rate limit")
     lease_until = models.DateTimeField(null=True, blank=True)
@@ -284,7 +299,7 @@ class Schedule(models.Model):
     )
     timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Paris")
     args = models.JSONField(default=dict, blank=True)
-    queue = models.CharField(max_length=NAME_MAX_LENGTH, default="default")
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, default=QUEUE_DEFAULT)
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
     max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
     missed = models.CharField(max_length=16, choices=MissedPolicy.choices, default=MissedPolicy.COALESCE)
@@ -340,3 +355,26 @@ class Schedule(models.Model):
     @property
     def is_active(self) -> bool:
         return not self.paused and self.removed_from_code_at is None
+
+
+class LeaderLease(models.Model):
+    """A leadership lease on the database clock: the maintenance leader behind a transaction pooler,
+    where a session-level advisory lock would not stay with the worker that took it.
+
+    One row per role (``maintenance``). The holder renews ``expires_at`` every round; another worker
+    takes the row over only once it expired, with one compare-and-swap statement
+    (``acquire_leader_lease``); ``term`` grows by one with each change of holder.
+    """
+
+    name = models.CharField(max_length=64, primary_key=True)
+    holder = models.UUIDField(help_text="the WorkerInstance id of the leader")
+    term = models.BigIntegerField(default=1, help_text="grows by one each time another worker takes the lease")
+    acquired_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "awa_leader_lease"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at:%Y-%m-%d %H:%M:%S}"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
+from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
 from awa_django.exceptions import AwaError
 
 if TYPE_CHECKING:
@@ -35,9 +36,9 @@ class JobHandler:
 
     kind: str
     func: Callable[..., Any]
-    queue: str = "default"
-    max_attempts: int = 25
-    priority: int = 2
+    queue: str = QUEUE_DEFAULT
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
+    priority: int = PRIORITY_DEFAULT
     takes_context: bool = False
     is_async: bool = field(init=False)
 
@@ -73,9 +74,9 @@ class ScheduleSpec:
     cron: str
     timezone: str = "UTC"
     args: dict[str, Any] = field(default_factory=dict)
-    queue: str = "default"
-    priority: int = 2
-    max_attempts: int = 25
+    queue: str = QUEUE_DEFAULT
+    priority: int = PRIORITY_DEFAULT
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
     missed: str = "coalesce"
     catch_up_limit: int = 100
     paused: bool = False  # the state a new row starts in; operators pause/resume it afterwards
@@ -134,6 +135,10 @@ class Registry:
     def remove_resolver(self, resolver: Resolver) -> None:
         self._resolvers.pop(resolver, None)
 
+    def registered(self, kind: str) -> JobHandler | None:
+        """The ``@job`` handler registered for ``kind``, or None (resolvers are not asked)."""
+        return self._handlers.get(kind)
+
     def get(self, kind: str) -> JobHandler | None:
         """The handler registered for ``kind``; else the first a resolver gives; else None.
 
@@ -188,9 +193,9 @@ registry = Registry()
 def job(
     kind: str,
     *,
-    queue: str = "default",
-    max_attempts: int = 25,
-    priority: int = 2,
+    queue: str = QUEUE_DEFAULT,
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+    priority: int = PRIORITY_DEFAULT,
     takes_context: bool = False,
     cron: str | None = None,
     timezone: str = "UTC",
@@ -322,9 +327,11 @@ def schedule(
             cron,
             timezone=timezone,
             args=args,
-            queue=queue if queue is not None else handler.queue if handler else "default",
-            priority=priority if priority is not None else handler.priority if handler else 2,
-            max_attempts=max_attempts if max_attempts is not None else handler.max_attempts if handler else 25,
+            queue=queue if queue is not None else handler.queue if handler else QUEUE_DEFAULT,
+            priority=priority if priority is not None else handler.priority if handler else PRIORITY_DEFAULT,
+            max_attempts=(
+                max_attempts if max_attempts is not None else handler.max_attempts if handler else MAX_ATTEMPTS_DEFAULT
+            ),
             missed=missed,
             catch_up_limit=catch_up_limit,
             paused=paused,

@@ -28,7 +28,8 @@ from django.db.models.functions import Greatest, Least, Trunc
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
-from awa_django.models import MAX_ATTEMPTS_MAX, Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
+from awa_django.defaults import MAX_ATTEMPTS_MAX
+from awa_django.models import Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
@@ -290,6 +291,16 @@ class QueueStats:
         return sum(c.overflow_held for c in self.capacities)
 
     @property
+    def workers(self) -> int:
+        """Live workers serving this queue (0: its jobs wait until one starts)."""
+        return len(self.capacities)
+
+    @property
+    def waiting_without_worker(self) -> bool:
+        """Jobs available to run, the queue not paused, and no live worker serves it."""
+        return self.available > 0 and not self.paused and not self.capacities
+
+    @property
     def modes(self) -> list[str]:
         return sorted({c.mode for c in self.capacities})
 
@@ -309,6 +320,7 @@ class QueueStats:
             "in_flight": self.in_flight,
             "overflow_held": self.overflow_held,
             "modes": self.modes,
+            "workers": self.workers,
             "capacity": [c.__dict__ | {"describe": c.describe()} for c in self.capacities],
         }
 
@@ -541,6 +553,10 @@ class ScheduleSync:
     removed: list[str] = field(default_factory=list)
 
 
+# pg_advisory_xact_lock key for sync_schedules: "awa!" and "sync" as two int32s.
+SYNC_SCHEDULES_LOCK = (0x61776121, 0x73796E63)
+
+
 def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = None) -> ScheduleSync:
     """Make the Schedule rows match the schedules declared in code (default: the registry's).
 
@@ -557,6 +573,11 @@ def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = No
     alias = _alias()
     result = ScheduleSync()
     with transaction.atomic(using=alias):
+        # Workers starting together all sync: one at a time (a transaction-level lock, so it is
+        # released at commit, also behind a transaction pooler), or two would insert the same
+        # new schedule and the second would fail on the unique name.
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", SYNC_SCHEDULES_LOCK)
         names = sorted({spec.name for spec in declared})
         rows = {
             row.name: row

@@ -126,7 +126,10 @@ def _create_database(db: dict[str, Any]) -> None:
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(dbname="postgres", user=db["USER"], host=db["HOST"], autocommit=True) as conn:
+    from testproject.embedded import socket_dir
+
+    host = db["HOST"] or socket_dir()  # the embedded backend fills HOST in only on first connection
+    with psycopg.connect(dbname="postgres", user=db["USER"], host=host, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db["NAME"],)).fetchone() is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
 

@@ -115,18 +115,37 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     # (min 0, weight 1), to compare the weighted mode's overhead with the per-queue limit.
     weighted = None
     if p.get("weighted"):
+        if p.get("scope") == "cluster" and not system.supports_cluster:
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.cluster_reason)
         if not system.supports_weighted:
             from bench.systems.base import UnsupportedError
 
             raise UnsupportedError(system.weighted_reason)
-        weighted = {"global_max": concurrency, "queues": {"bench": {"min": 0, "weight": 1}}}
+        # Scope "cluster": one global maximum for all the processes together, as many slots as
+        # process scope gives them (concurrency each), so only the coordination's cost differs.
+        scope = p.get("scope", "process")
+        global_max = concurrency * (processes if scope == "cluster" else 1)
+        weighted = {"global_max": global_max, "queues": {"bench": {"min": 0, "weight": 1}}, "scope": scope}
+    if p.get("metrics"):
+        if not getattr(system, "supports_metrics", False):
+            from bench.systems.base import UnsupportedError
+
+            raise UnsupportedError(system.metrics_reason)
+        system.worker_metrics = str(p["metrics"])
     system.bulk_enqueue(n, kind="noop", queue="bench")
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")
     log_path = system.workdir / "handler.log"
     workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
     try:
+        # The workers' CPU between 10 % and 100 % completed: the steady per-job cost, start-up
+        # (imports, connections) left out.
+        _wait_completed(system, workers, n // 10, float(p.get("timeout", 600)))
+        cpu_from, done_from = workers.cpu_seconds(), system.count_completed()
         done_at = _wait_completed(system, workers, n, float(p.get("timeout", 600)))
+        cpu_to = workers.cpu_seconds()
     finally:
         workers.stop()
     events, _ = handlerlog.read(str(log_path))
@@ -148,6 +167,8 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "processes_seen": len(first_by_pid),
         "all_started_seconds": max(first_by_pid.values()) - first_start,
     }
+    if cpu_from is not None and cpu_to is not None and n > done_from:
+        result["worker_cpu_us_per_job"] = (cpu_to - cpu_from) / (n - done_from) * 1e6
     result.update(_verify_exactly_once(system, log_path, range(n)))
     if not result["exactly_once"]:
         raise RuntimeError(f"exactly-once check failed: {result}")
@@ -245,16 +266,17 @@ def fairness(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """
     n, ms, global_max = int(p["n"]), int(p["ms"]), int(p["global_max"])
     queues = p["queues"]  # {"A": {"min": 2, "weight": 3}, "B": {...}}
-    if not system.supports_weighted:
+    processes, scope = int(p.get("processes", 1)), p.get("scope", "process")
+    if not system.supports_weighted or (scope == "cluster" and not system.supports_cluster):
         from bench.systems.base import UnsupportedError
 
-        raise UnsupportedError(system.weighted_reason)
+        raise UnsupportedError(system.weighted_reason if not system.supports_weighted else system.cluster_reason)
     names = sorted(queues)
     for index, name in enumerate(names):
         system.bulk_enqueue(n, kind="sleep", queue=name, seq_start=index * n, ms=ms)
     log_path = system.workdir / "handler.log"
-    weighted = {"global_max": global_max, "queues": queues}
-    workers = system.start_worker(global_max, 1, names, log_path, weighted=weighted)
+    weighted = {"global_max": global_max, "queues": queues, "scope": scope}
+    workers = system.start_worker(global_max, processes, names, log_path, weighted=weighted)
     try:
         _wait_completed(system, workers, n * len(names), float(p.get("timeout", 600)))
     finally:

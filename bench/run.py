@@ -76,6 +76,8 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
         ("single", "single", {"n": size["single"]}, "base", 600),
         ("bulk", "bulk", {"n": size["bulk"]}, "base", 600),
         ("drain", "drain", {**drain, "processes": 1, "timeout": 1800}, "base", 1900),
+        # The same drain with the worker's Prometheus metrics on (awa_django only): their cost.
+        ("drain_metrics", "drain", {**drain, "processes": 1, "metrics": "prometheus", "timeout": 1800}, "base", 1900),
         (
             "latency",
             "latency",
@@ -96,7 +98,37 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "base",
             660,
         ),
+        (
+            "fairness_cluster",
+            "fairness",
+            {
+                "n": size["fairness_jobs"],
+                "ms": size["fairness_ms"],
+                "global_max": size["global_max"],
+                "queues": FAIRNESS_QUEUES,
+                "timeout": 600,
+                "processes": 3,
+                "scope": "cluster",
+            },
+            "base",
+            660,
+        ),
         ("drain_weighted", "drain", {**drain, "processes": 1, "weighted": True, "timeout": 1800}, "base", 1900),
+        (
+            "drain_cluster",
+            "drain",
+            {**drain, "processes": 1, "weighted": True, "scope": "cluster", "timeout": 1800},
+            "base",
+            1900,
+        ),
+        ("drain_weighted_4p", "drain", {**drain, "processes": 4, "weighted": True, "timeout": 1800}, "base", 1900),
+        (
+            "drain_cluster_4p",
+            "drain",
+            {**drain, "processes": 4, "weighted": True, "scope": "cluster", "timeout": 1800},
+            "base",
+            1900,
+        ),
         ("drain_2p", "drain", {**drain, "processes": 2, "timeout": 1800}, "base", 1900),
         ("drain_4p", "drain", {**drain, "processes": 4, "timeout": 1800}, "base", 1900),
         (
@@ -343,13 +375,40 @@ ROWS = [
     ("single enqueue, jobs/s", "single", "jobs_per_s", "int", True),
     ("bulk enqueue, jobs/s", "bulk", "jobs_per_s", "int", True),
     ("drain 1 proc x {concurrency}, jobs/s", "drain", "jobs_per_s", "int", True),
+    ("drain 1 proc x {concurrency}, Prometheus metrics on, jobs/s", "drain_metrics", "jobs_per_s", "int", True),
+    ("drain 1 proc, worker CPU per job (10-100 %), µs", "drain", "worker_cpu_us_per_job", "f1", False),
+    (
+        "drain 1 proc, metrics on, worker CPU per job (10-100 %), µs",
+        "drain_metrics",
+        "worker_cpu_us_per_job",
+        "f1",
+        False,
+    ),
     ("pickup latency p50, ms", "latency", "p50_ms", "ms", False),
     ("pickup latency p95, ms", "latency", "p95_ms", "ms", False),
     ("pickup latency p99, ms", "latency", "p99_ms", "ms", False),
     ("fairness A:B running (ideal 17:7)", "fairness", "split", "split", None),
     ("fairness max total running (≤ 24)", "fairness", "max_total_running", "int", None),
     ("fairness mean total running", "fairness", "mean_total_running", "f1", None),
+    ("fairness, 3 procs, cluster scope: A:B running (ideal 17:7)", "fairness_cluster", "split", "split", None),
+    (
+        "fairness, 3 procs, cluster scope: max total running (≤ 24)",
+        "fairness_cluster",
+        "max_total_running",
+        "int",
+        None,
+    ),
+    ("fairness, 3 procs, cluster scope: mean total running", "fairness_cluster", "mean_total_running", "f1", None),
     ("drain 1 proc, weighted (global {concurrency}), jobs/s", "drain_weighted", "jobs_per_s", "int", True),
+    ("drain 1 proc, cluster scope (global {concurrency}), jobs/s", "drain_cluster", "jobs_per_s", "int", True),
+    ("drain 4 procs, weighted (global {concurrency} each), jobs/s", "drain_weighted_4p", "jobs_per_s", "int", True),
+    (
+        "drain 4 procs, cluster scope (one global 4 x {concurrency}), jobs/s",
+        "drain_cluster_4p",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
     ("drain 2 procs x {concurrency}, jobs/s", "drain_2p", "jobs_per_s", "int", True),
     ("drain 4 procs x {concurrency}, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
@@ -468,12 +527,18 @@ def main() -> None:
     parser.add_argument(
         "--metrics",
         default=None,
-        help="comma list from single,bulk,drain,latency,fairness,drain_weighted,drain_2p,drain_4p,latency_finished",
+        help="comma list from single,bulk,drain,latency,fairness,fairness_cluster,drain_weighted,drain_cluster,"
+        "drain_weighted_4p,drain_cluster_4p,drain_2p,drain_4p,latency_finished",
     )
     parser.add_argument("--concurrency", type=int, default=None, help="jobs in flight per worker process (default 32)")
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")
     parser.add_argument("--python", default=sys.executable, help="interpreter the venvs are built from")
     parser.add_argument("--keep-dbs", action="store_true", help="leave the bench databases behind")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run every measurement once per repetition in turn (back to back), not all repetitions of one first",
+    )
     parser.add_argument("--keep-workdirs", action="store_true", help="keep handler logs and worker output")
     args = parser.parse_args()
 
@@ -546,27 +611,33 @@ def main() -> None:
                 if "ok" not in res:
                     raw[system]["latency_finished"] = [res]
         # 3. measurements: for each measurement and repetition, every system in turn.
-        for key, op, params, template_kind, timeout in steps:
-            for rep in range(reps):
-                for system in systems:
-                    if system in broken:
-                        raw[system][key] = [{"skipped": broken[system]}]
-                        continue
-                    if template_kind == "finished" and "ok" not in raw[system].get("_fill", [{"ok": 1}])[0]:
-                        continue
-                    template = f"bench_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
-                    url = server.recreate(f"bench_{system}", template)
-                    t0 = time.time()
-                    res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
-                    raw[system].setdefault(key, []).append(res)
-                    status = "ok" if "ok" in res else ("skipped" if "skipped" in res else "ERROR")
-                    brief = ""
-                    if "ok" in res:
-                        figure = res["ok"].get("jobs_per_s") or res["ok"].get("p50_ms") or res["ok"].get("split")
-                        brief = f" {figure:,.1f}" if isinstance(figure, float) else f" {figure}"
-                    else:
-                        brief = " " + reason(res)[:200]
-                    log(f"{key} rep {rep + 1}/{reps} {system}: {status}{brief} ({time.time() - t0:.1f}s)")
+        # --interleave: repetition-major (every measurement once, then again), so that rows to be
+        # compared (drain and drain_metrics) are measured back to back on a shared machine.
+        order = (
+            [(step, rep) for rep in range(reps) for step in steps]
+            if args.interleave
+            else [(step, rep) for step in steps for rep in range(reps)]
+        )
+        for (key, op, params, template_kind, timeout), rep in order:
+            for system in systems:
+                if system in broken:
+                    raw[system][key] = [{"skipped": broken[system]}]
+                    continue
+                if template_kind == "finished" and "ok" not in raw[system].get("_fill", [{"ok": 1}])[0]:
+                    continue
+                template = f"bench_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
+                url = server.recreate(f"bench_{system}", template)
+                t0 = time.time()
+                res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
+                raw[system].setdefault(key, []).append(res)
+                status = "ok" if "ok" in res else ("skipped" if "skipped" in res else "ERROR")
+                brief = ""
+                if "ok" in res:
+                    figure = res["ok"].get("jobs_per_s") or res["ok"].get("p50_ms") or res["ok"].get("split")
+                    brief = f" {figure:,.1f}" if isinstance(figure, float) else f" {figure}"
+                else:
+                    brief = " " + reason(res)[:200]
+                log(f"{key} rep {rep + 1}/{reps} {system}: {status}{brief} ({time.time() - t0:.1f}s)")
         for system in systems:
             for key, reps_raw in raw[system].items():
                 if not key.startswith("_"):

@@ -1,7 +1,8 @@
 """Settings for testproject: the demo and test harness of awa_django.
 
 DATABASE_URL chooses the database (any PostgreSQL); when it is unset an embedded
-PostgreSQL is started on demand (see testproject/embedded.py).
+PostgreSQL is started when the first connection is opened, not when this module is imported
+(see testproject/embedded.py).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ from psycopg import sql
 
 from awa_django.sql import JOBS_CHANNEL
 
+# Skips for a missing dependency fail the run under AWA_REQUIRE_ALL=1 (CI): see tests/skiprule.py.
+pytest_plugins = ["tests.skiprule"]
+
 # Django-only keys in get_connection_params() that psycopg.connect() does not take.
 _DJANGO_ONLY = ("cursor_factory", "context", "prepare_threshold")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection
 
+from awa_django.observability.sink import MetricsSink
 from awa_django.registry import Registry
 from awa_django.worker import QueueConfig, Worker, WorkerConfig
 
@@ -53,7 +54,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: fl
 
 @contextmanager
 def running_worker(
-    config: WorkerConfig, registry: Registry | None = None, stop_timeout: float = 30.0
+    config: WorkerConfig,
+    registry: Registry | None = None,
+    stop_timeout: float = 30.0,
+    metrics: MetricsSink | None = None,
 ) -> Iterator[Worker]:
     """Run a Worker in a background thread; stop it gracefully on exit and re-raise its failure."""
     box: dict[str, Any] = {}
@@ -61,7 +65,7 @@ def running_worker(
 
     def main() -> None:
         async def go() -> None:
-            worker = Worker(config, registry=registry)
+            worker = Worker(config, registry=registry, metrics=metrics)
             box["worker"] = worker
             waiter = asyncio.create_task(worker.ready.wait())
             waiter.add_done_callback(lambda _: started.set())

@@ -80,7 +80,6 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("priority-true", {"priority": True}, "priority", "must be an integer from 1 to 4"),
     ("priority-str", {"priority": "2"}, "priority", "must be an integer from 1 to 4"),
     ("priority-float", {"priority": 2.0}, "priority", "must be an integer from 1 to 4"),
-    ("priority-none", {"priority": None}, "priority", "must be an integer from 1 to 4"),
     ("max-attempts-0", {"max_attempts": 0}, "max_attempts", "must be an integer from 1 to 1000"),
     ("max-attempts-1001", {"max_attempts": 1001}, "max_attempts", "must be an integer from 1 to 1000"),
     ("max-attempts-false", {"max_attempts": False}, "max_attempts", "must be an integer from 1 to 1000"),

@@ -15,9 +15,10 @@ The rule, per round:
    it holds, the rest goes to the workers with demand in proportion to it (a worker that joins
    gets its part as the others' jobs end), what nobody asked for is spread as slack. Nothing is
    taken back: a worker whose cap falls under what it holds starts nothing new until it is under.
-3. Reduce before grant. A worker may take permits up to the larger of the cap it applies and the
-   cap published for it (it may apply that at any moment), and holds what it holds; the sum of
-   `max(held, applied, published)` over every worker and queue is the capacity committed. A new
+3. Reduce before grant. Until it reports again, a worker may take permits up to the largest of
+   the cap it applied, the cap it read at its last report (it applies it next) and the cap
+   published for it now (it may read it at any moment), and holds what it holds; the sum of
+   `max(held, applied, read, published)` over every worker and queue is the capacity committed. A new
    cap above that is granted only from what is left under the global maximum (hard-reserved: under
    the queue's `max_workers`), so capacity moves from one worker to another only after the first
    has dropped below its new, lower cap and said so. The committed sum never exceeds the maximum,
@@ -55,12 +56,16 @@ class WorkerView:
 
     worker: str
     use: Mapping[str, QueueUse]  # per queue it serves
-    applied: Mapping[str, int] = field(default_factory=dict)  # the caps it enforces now
+    applied: Mapping[str, int] = field(default_factory=dict)  # the caps it enforced at its last report
     published: Mapping[str, int] = field(default_factory=dict)  # the caps in its row now
+    read: Mapping[str, int] = field(default_factory=dict)  # the caps it read at its last report
 
     def committed(self, queue: str) -> int:
+        """What it may run of the queue before it reports again: what it holds, the caps it
+        applied, the ones it read last (it applies them right after reading), and the ones in its
+        row now (it may read them at any moment)."""
         use = self.use.get(queue, QueueUse())
-        return max(use.held, self.applied.get(queue, 0), self.published.get(queue, 0))
+        return max(use.held, self.applied.get(queue, 0), self.read.get(queue, 0), self.published.get(queue, 0))
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ class ClusterPlan:
 
 
 def _queues_of(worker: WorkerView) -> set[str]:
-    return set(worker.use) | set(worker.applied) | set(worker.published)
+    return set(worker.use) | set(worker.applied) | set(worker.read) | set(worker.published)
 
 
 class ClusterPlanner:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
+
 
 class QueueLimitsLike(Protocol):
     """Anything with a queue's capacity settings: `QueueLimits`, or a `Queue` model row."""
@@ -34,8 +36,8 @@ class QueueLimits:
     both. Values are not checked here: see `validate_capacity`.
     """
 
-    max_workers: int = 50
-    min_workers: int = 0
-    weight: int = 1
+    max_workers: int = MAX_WORKERS_DEFAULT
+    min_workers: int = MIN_WORKERS_DEFAULT
+    weight: int = WEIGHT_DEFAULT
     rate_limit: float | None = None
-    rate_burst: int = 0
+    rate_burst: int = RATE_BURST_DEFAULT

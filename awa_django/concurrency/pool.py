@@ -28,7 +28,8 @@ job's run time.
 A queue that starts contending joins level, per unit of weight, with the average contender,
 less any debt it left with: a queue that stops contending (it ran dry, or out of rate tokens)
 loses what it was owed ("use it or lose it") but still owes what it took beyond its share, so
-a queue that contends in bursts cannot take more than its share by leaving between them.
+a queue that contends in bursts cannot take more than its share by leaving between them; the
+debt halves every `DEBT_HALF_LIFE` seconds it stays away.
 
 Nothing is taken back: a queue above its target (the targets moved while it held) keeps
 its permits until it releases them, and gets nothing new until it is below its target.
@@ -47,6 +48,10 @@ from dataclasses import dataclass
 
 from awa_django.exceptions import InvalidWeightError
 
+# A queue that stays away forgets its debt by half every DEBT_HALF_LIFE seconds: enough to stop a
+# queue that contends in bursts from overtaking its share, without making a rate-limited queue that
+# comes back once a second pay for a slot it held long ago.
+DEBT_HALF_LIFE = 1.0
 _RERANK_AFTER = 0.001  # seconds: how long a ranking of the contenders is reused when nothing changed
 
 
@@ -184,12 +189,7 @@ class OverflowPool:
         below = [
             (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
         ]
-        owed = {key[-1]: key for key in self._ranked(now)}
-        below.sort(
-            key=lambda pair: owed.get(
-                pair[1], (-self._credit(pair[0], now) / max(pair[0].weight, 1), 0.0, pair[0].last_grant, pair[1])
-            )
-        )
+        below.sort(key=lambda pair: self._rank_key(pair[1], pair[0], now))
         return [q for _, q in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
@@ -308,12 +308,14 @@ class OverflowPool:
         A queue that joins starts level, per unit of weight, with the average contender, less
         any debt it left with: a queue that stops contending (it ran dry, or out of rate tokens)
         loses what it was owed ("use it or lose it"), but what it took beyond its share is still
-        owed when it comes back, so a queue that contends in bursts cannot take more than its
-        share by leaving between them.
+        owed when it comes back (halving every DEBT_HALF_LIFE seconds away), so a queue that
+        contends in bursts cannot take more than its share by leaving between them.
         """
         if entry.contending:
             if queue not in self._contenders:
-                entry.credit = (self._level() + entry.debt) * entry.weight
+                away = max(0.0, self._now - entry.stamp)  # stamp: when it left
+                debt = entry.debt * 0.5 ** (away / DEBT_HALF_LIFE)
+                entry.credit = (self._level() + debt) * entry.weight
                 entry.debt = 0.0
                 entry.stamp = self._now
                 self._contenders[queue] = entry
@@ -321,6 +323,7 @@ class OverflowPool:
             if entry.weight > 0:
                 entry.debt = min(0.0, entry.credit / entry.weight - self._level())
             entry.credit = 0.0
+            entry.stamp = self._now
         if not entry.contending and entry.weight == 0:
             del self._entries[queue]
 
@@ -384,17 +387,16 @@ class OverflowPool:
         return self._targets(now)[queue]
 
     def _ranked(self, now: float) -> list[tuple[float, float, float, str]]:
-        """Sort keys of the contenders whose share has a fractional part: most owed per unit of
-        weight first; on a
-        tie the one furthest below its share now, then the one granted longest ago (so ties
-        rotate instead of going to the first-configured queue)."""
-        keys = []
-        for queue, e in self._contenders.items():
-            if e.fractional:
-                gap = e.share - e.held
-                owed = (e.credit + gap * max(0.0, now - e.stamp)) / e.weight
-                keys.append((-owed, -gap, e.last_grant, queue))
-        return keys
+        """Sort keys (`_rank_key`) of the contenders whose share has a fractional part."""
+        return [self._rank_key(queue, e, now) for queue, e in self._contenders.items() if e.fractional]
+
+    @staticmethod
+    def _rank_key(queue: str, e: _Entry, now: float) -> tuple[float, float, float, str]:
+        """Most owed per unit of weight first; on a tie the one furthest below its share now, then
+        the one granted longest ago (so ties rotate instead of going to the first-configured queue)."""
+        gap = e.share - e.held
+        owed = (e.credit + gap * max(0.0, now - e.stamp)) / max(e.weight, 1)
+        return (-owed, -gap, e.last_grant, queue)
 
     def _credit(self, entry: _Entry, now: float) -> float:
         return entry.credit + (entry.share - entry.held) * max(0.0, now - entry.stamp)

@@ -32,6 +32,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)") from None
+    if not 1 <= value <= 65535:
+        raise ArgumentTypeError(f"{text!r} is not a port number: use 1 to 65535")
+    return value
+
+
 def _number(text: str) -> float:
     try:
         value = float(text)

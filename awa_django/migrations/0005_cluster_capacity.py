@@ -30,6 +30,7 @@ class Migration(migrations.Migration):
                 ('applied', models.JSONField(blank=True, default=dict, help_text='{queue: cap} the worker enforces')),
                 ('global_max_workers', models.PositiveIntegerField(blank=True, help_text="the worker's own setting", null=True)),
                 ('caps', models.JSONField(blank=True, default=dict, help_text='{queue: cap} published by the leader')),
+                ('read', models.JSONField(blank=True, default=dict, help_text='{queue: cap} the worker read at its last report (it may apply them)')),
                 ('floors', models.JSONField(blank=True, default=dict, help_text='{queue: cap} to fall back to without a lease')),
                 ('rates', models.JSONField(blank=True, default=dict, help_text='{queue: jobs/s} its part of each rate limit')),
                 ('lease_until', models.DateTimeField(blank=True, null=True)),

@@ -46,6 +46,6 @@ ALTER TABLE awa_job RESET (
 
 
 class Migration(migrations.Migration):
-    dependencies = [("awa", "0005_cluster_capacity")]
+    dependencies = [("awa", "0006_leader_lease")]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -24,6 +24,8 @@
 --   locks released when the statement ends. A paused queue claims nothing.
 -- Each claim starts a new attempt: attempt + 1, and run_lease + 1, which every later write of this
 --   attempt must match.
+-- Returns the ClaimedJob fields: run_at (where the lane cursor moves to), then the seconds the job
+--   waited from due (run_at) to this claim, by the database's clock (the wait-time metric).
 WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM awa_queue WHERE name = %(queue)s::varchar AND paused) AS claims
 ),
@@ -103,4 +105,5 @@ SET state = 'running',
     heartbeat_at = now(),
     deadline_at = now() + %(deadline)s::interval
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at
+RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
+    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited

@@ -3,7 +3,8 @@
 -- Index: none needed (one row per live worker).
 -- Locking: FOR UPDATE in the leader's planning transaction, so no worker reports (and reads its
 --   caps) between this read and publish_capacities; rows in id order, like every batch here.
-SELECT instance_id, use, applied, caps, global_max_workers, reported_at > now() - %(staleness)s::interval AS live
+SELECT instance_id, use, applied, caps, global_max_workers, reported_at > now() - %(staleness)s::interval AS live,
+       read
 FROM awa_worker_capacity
 ORDER BY instance_id
 FOR UPDATE

@@ -5,15 +5,18 @@
 -- Index: the primary key (instance_id).
 -- Locking: an upsert of the worker's own row. While the leader plans (it holds every row FOR
 --   UPDATE) this waits, then reads the newly published caps: a worker never applies caps older
---   than the ones the leader counted it as able to apply. `leased` is evaluated on the database
---   clock, like the lease itself.
+--   than the ones the leader counted it as able to apply. `read` keeps the caps returned here
+--   (the row's caps before this update), which the worker applies next: until its next report the
+--   leader counts them as committed, even if it publishes lower ones meanwhile. `leased` is
+--   evaluated on the database clock, like the lease itself.
 INSERT INTO awa_worker_capacity AS c
-    (instance_id, use, applied, global_max_workers, caps, floors, rates, reported_at)
+    (instance_id, use, applied, global_max_workers, caps, read, floors, rates, reported_at)
 VALUES
     (%(instance_id)s::uuid, %(use)s::jsonb, %(applied)s::jsonb, %(global_max_workers)s::int,
-     '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, now())
+     '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, now())
 ON CONFLICT (instance_id) DO UPDATE
 SET use = excluded.use,
+    read = c.caps,
     applied = excluded.applied,
     global_max_workers = excluded.global_max_workers,
     reported_at = excluded.reported_at

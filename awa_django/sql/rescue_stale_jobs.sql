@@ -2,6 +2,7 @@
 -- deadline passed: retryable and due now, or failed when the attempt was the last one; an error
 -- entry records why. Run by the maintenance leader only.
 -- Parameters: staleness (interval), limit (int).
+-- Returns each rescued job's id, new state, kind, queue, attempt and why (its outcome log line).
 -- Index: awa_job_running_hb_idx and awa_job_running_dl_idx (partial, state = 'running').
 -- Locking: SKIP LOCKED, so a worker finalising the same row right now wins, and the rescue skips it.
 -- Bumping run_lease makes any late write by the old worker miss its guard.
@@ -30,4 +31,4 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
     deadline_at = NULL
 FROM stale
 WHERE j.id = stale.id
-RETURNING j.id, j.state
+RETURNING j.id, j.state, j.kind, j.queue, j.attempt, j.errors -> -1 ->> 'error' AS reason

@@ -156,10 +156,12 @@ class ClusterLeader:
             cursor = await conn.execute(statements["lock_capacities"], {"staleness": staleness})
             rows = await cursor.fetchall()
             if not rows:
+                self.last_plan = None
                 return None
             await conn.execute(statements["delete_dead_capacities"], {"staleness": staleness})
             live = [row for row in rows if row[5]]
             if not live:
+                self.last_plan = None
                 return None
             cursor = await conn.execute(
                 statements["read_cluster_settings"], {"global_max_workers": config.global_max_workers}
@@ -173,7 +175,7 @@ class ClusterLeader:
                 queue = QueueConfig.from_row(dict(zip(names, values, strict=True)))
                 limits[queue.name] = queue
             views = []
-            for instance_id, use, applied, caps, _, _ in live:
+            for instance_id, use, applied, caps, _, _, read in live:
                 for queue in use or {}:
                     limits.setdefault(queue, QueueConfig(queue))
                 views.append(
@@ -184,9 +186,16 @@ class ClusterLeader:
                         },
                         applied={q: int(n) for q, n in (applied or {}).items()},
                         published={q: int(n) for q, n in (caps or {}).items()},
+                        read={q: int(n) for q, n in (read or {}).items()},
                     )
                 )
             plan = self.planner.plan(global_max, limits, views, now=time.monotonic())
+            logger.debug(
+                "cluster plan global_max=%s workers=%s caps=%s",
+                global_max,
+                [(v.worker[:8], dict(v.use), dict(v.applied), dict(v.read), dict(v.published)) for v in views],
+                {w[:8]: c for w, c in plan.caps.items()},
+            )
             ids = [view.worker for view in views]
             await conn.execute(
                 statements["publish_capacities"],

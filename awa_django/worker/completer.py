@@ -37,6 +37,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit
+from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
 from awa_django.worker.context import COMPLETED, ClaimedJob, Outcome
 from awa_django.worker.db import retrying
@@ -58,8 +59,9 @@ class HandOver(Protocol):
         """{queue: (permits to pass on, claim_jobs parameters)}; permits not named are released."""
         ...
 
-    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
-        """Dispatch the claimed rows with those permits; release the ones left unfilled."""
+    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit], *, ran_dry: bool = True) -> None:
+        """Dispatch the claimed rows with those permits; release the ones left unfilled. With
+        ``ran_dry`` False the claim never ran (its batch was refused): the queue may still have jobs."""
         ...
 
 
@@ -143,7 +145,7 @@ class Completer:
             logger.error("a batch of %d finished attempt(s) was refused error=%r; writing it in parts", len(batch), exc)
             assert self.hand_over is not None or not plan
             for queue, (kept, _) in plan.items():
-                self.hand_over.adopt(queue, [], kept)  # type: ignore[union-attr]
+                self.hand_over.adopt(queue, [], kept, ran_dry=False)  # type: ignore[union-attr]
             plan, passing, claimed = {}, set(), {}
             try:
                 written = await self._write_apart(batch, exc)
@@ -162,8 +164,12 @@ class Completer:
                 permit.release()
         assert self.hand_over is not None or not plan
         for queue, (kept, _) in plan.items():
-            self.handed_over += min(len(kept), len(claimed.get(queue, [])))
-            self.hand_over.adopt(queue, claimed.get(queue, []), kept)  # type: ignore[union-attr]
+            taken = claimed.get(queue, [])
+            self.handed_over += min(len(kept), len(taken))
+            logger.debug(
+                "handed over queue=%s written=%d permits=%d claimed=%d", queue, len(written), len(kept), len(taken)
+            )
+            self.hand_over.adopt(queue, taken, kept)  # type: ignore[union-attr]
 
     async def _write_apart(self, batch: list[_Finished], error: BaseException) -> set[int]:
         """Write a refused batch in halves, recursively; a row refused alone is failed instead."""
@@ -226,13 +232,14 @@ class Completer:
             self.written += 1
         else:
             self.lost += 1
-            logger.warning(
-                "attempt lost before its result was written job_id=%s kind=%s attempt=%s run_lease=%s "
-                "(rescued or cancelled meanwhile; the newer state stands)",
-                job.id,
-                job.kind,
-                job.attempt,
-                job.run_lease,
+            log_job(
+                "lost",
+                job_id=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempt,
+                note=f"its outcome ({entry.outcome.state}) was not written: the attempt (run_lease={job.run_lease}) "
+                "was rescued or cancelled meanwhile, and the newer state stands",
             )
         if not entry.future.done():
             entry.future.set_result(ok)

@@ -10,6 +10,7 @@ from typing import Any
 
 from awa_django.concurrency import validate_capacity
 from awa_django.conf import awa_settings
+from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import ConfigurationError
 
 
@@ -18,11 +19,11 @@ class QueueConfig:
     """One queue's settings as the worker uses them (a ``Queue`` row, or the defaults)."""
 
     name: str
-    max_workers: int = 50
-    min_workers: int = 0
-    weight: int = 1
+    max_workers: int = MAX_WORKERS_DEFAULT
+    min_workers: int = MIN_WORKERS_DEFAULT
+    weight: int = WEIGHT_DEFAULT
     rate_limit: float | None = None
-    rate_burst: int = 0
+    rate_burst: int = RATE_BURST_DEFAULT
     paused: bool = False
     deadline: float | None = None  # seconds
     priority_aging: float | None = None  # seconds
@@ -93,7 +94,7 @@ class WorkerConfig:
             "reconfigure_interval",
         ):
             _seconds(name, getattr(self, name))
-        _seconds("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        _seconds("shutdown_timeout", self.shutdown_timeout)  # above 0, as AWA["SHUTDOWN_TIMEOUT"] (awa.E003)
         if self.capacity_scope not in CAPACITY_SCOPES:
             raise ConfigurationError(
                 f"capacity_scope is {self.capacity_scope!r}; use one of {', '.join(map(repr, CAPACITY_SCOPES))}"
@@ -136,7 +137,7 @@ def build_config(
         "failed_retention": awa_settings.FAILED_RETENTION,
         "sync_threads": awa_settings.SYNC_THREADS,
         "pool_size": awa_settings.POOL_SIZE,
-        "listen": awa_settings.LISTEN,
+        "listen": awa_settings.listen_enabled,
         "database_alias": awa_settings.DATABASE_ALIAS,
         "capacity_scope": awa_settings.CAPACITY_SCOPE,
     }

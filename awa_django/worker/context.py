@@ -25,6 +25,8 @@ class ClaimedJob:
     priority: int
     metadata: dict[str, Any]
     run_at: datetime | None = None  # the claim's lane cursor moves to (run_at, id)
+    # Seconds from due (run_at) to this claim, by the database clock; None where not measured.
+    waited: float | None = None
 
 
 class JobContext:

@@ -1,8 +1,13 @@
 """Postgres access for the runtime: psycopg 3 async connections built from Django's DATABASES.
 
 No ORM on the event loop. The pool serves claims, batched writes, heartbeats and snapshots;
-LISTEN and the maintenance leader's advisory lock each hold a dedicated connection, so the
-budget per worker process is POOL_SIZE + 2 connections.
+LISTEN and the maintenance leader each hold a dedicated connection, so the budget per worker
+process is POOL_SIZE + 2 connections.
+
+Behind a transaction pooler (AWA["POOLER"] = "transaction") no connection made here keeps session
+state: psycopg never prepares (``prepare_threshold=None``, unless AWA["PREPARED_STATEMENTS"] says
+the pooler keeps them), and the LISTEN connection goes to AWA["LISTEN_DATABASE_URL"], a direct
+connection, when one is configured (the worker polls otherwise, see ``AwaSettings.listen_enabled``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import connections
 from psycopg_pool import AsyncConnectionPool
+
+from awa_django.conf import awa_settings
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +44,12 @@ def connection_kwargs(alias: str) -> dict[str, Any]:
     for key in ("cursor_factory", "context"):
         params.pop(key, None)
     # Django turns server-side prepared statements off for the sake of poolers; the worker's hot
-    # statements gain from them, so keep psycopg's default unless OPTIONS asks otherwise.
-    if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
+    # statements gain from them, so keep psycopg's default unless OPTIONS asks otherwise, or the
+    # settings say a transaction pooler stands in between (a statement prepared in one server
+    # session does not exist in the next: "prepared statement "_pg3_0" does not exist").
+    if not awa_settings.use_prepared_statements:
+        params["prepare_threshold"] = None
+    elif "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
         params.pop("prepare_threshold", None)
     params["autocommit"] = True
     params.setdefault("application_name", "awa_worker")
@@ -51,7 +62,19 @@ async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnec
     kwargs = connection_kwargs(alias)
     if purpose is not None:
         kwargs["application_name"] = f"{kwargs['application_name']}:{purpose}"
+    if purpose == LISTEN_PURPOSE and awa_settings.LISTEN_DATABASE_URL:
+        return await psycopg.AsyncConnection.connect(str(awa_settings.LISTEN_DATABASE_URL), **listen_kwargs(kwargs))
     return await psycopg.AsyncConnection.connect(**kwargs)
+
+
+LISTEN_PURPOSE = "listen"
+
+
+def listen_kwargs(alias_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Options for the direct LISTEN connection: the URL names the server, database and user; only
+    the session options (autocommit, application_name, prepare_threshold) come from the alias."""
+    keep = ("autocommit", "application_name", "prepare_threshold")
+    return {key: alias_kwargs[key] for key in keep if key in alias_kwargs}
 
 
 def make_pool(alias: str, size: int) -> AsyncConnectionPool:

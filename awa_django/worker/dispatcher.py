@@ -6,7 +6,7 @@ An idle dispatcher issues no query: it sleeps until a NOTIFY for its queue, the 
 backlog probe (one query per poll interval for every idle queue), a settings change, or a
 freed permit that the allocator says it may take.
 
-``poll_once`` follows DESIGN.md's six phases exactly:
+``poll_once`` follows the six phases of docs/design.md ("Claiming and dispatching") exactly:
 
 1. pre-acquire permits without blocking (hard slots; or local min_workers slots, then overflow);
 2. apply the queue's rate limit by dropping surplus permits;
@@ -178,6 +178,14 @@ class Dispatcher:
             if self.nudges == nudges:
                 self.hungry = False
                 self.stand_down()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "claimed queue=%s asked=%d claimed=%d ids=%s",
+                self.queue,
+                len(permits),
+                len(rows),
+                ",".join(str(row[0]) for row in rows[:20]),
+            )
         # 6. dispatch each job with exactly one permit.
         self.claimed_total += len(rows)
         for row, permit in zip(rows, permits, strict=False):

@@ -31,8 +31,7 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
-from awa_django.validation import UnstorableValueError as ValidationUnstorableError
-from awa_django.validation import storable_json
+from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.storable import escape_json, find_problem
 
@@ -68,6 +67,15 @@ def describe(exc: BaseException) -> str:
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     return f"{name}: {exc}" if str(exc) else name
+
+
+async def _noting_timeout(call: Any, own: list[BaseException]) -> Any:
+    """Await ``call``, recording in ``own`` a TimeoutError it raises (so it is not taken for the deadline)."""
+    try:
+        return await call
+    except TimeoutError as exc:
+        own.append(exc)
+        raise
 
 
 class Executor:
@@ -124,10 +132,11 @@ class Executor:
         mismatch = self._bind_error(handler, args)
         if mismatch is not None:
             return Outcome("failed", error=error_entry(job, mismatch))
+        own: list[BaseException] = []  # a TimeoutError the handler raised itself, not the deadline's
         try:
             if handler.is_async:
                 call = handler.func(context, **args) if handler.takes_context else handler.func(**args)
-                result = await (call if deadline is None else asyncio.wait_for(call, deadline))
+                result = await (call if deadline is None else asyncio.wait_for(_noting_timeout(call, own), deadline))
             else:
                 result = await self._run_sync(handler, context, args, deadline)
             return COMPLETED if result is None else self._completed_with(job, result)
@@ -147,6 +156,10 @@ class Executor:
         except TerminalError as exc:
             return Outcome("failed", error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
+            # The deadline's TimeoutError comes from wait_for (async) or _run_sync, which then sets
+            # running_thread; any other is the handler's own, reported as what it is.
+            if deadline is None or exc in own or (not handler.is_async and context.running_thread is None):
+                return self._retry_or_fail(job, describe(exc), exc)
             context.cancel()
             error = f"deadline exceeded: the handler ran longer than {deadline}s"
             if context.running_thread is not None:
@@ -192,7 +205,7 @@ class Executor:
         # handler failure to retry): the job fails at once, saying why.
         try:
             text = storable_json(result)
-        except ValidationUnstorableError as exc:
+        except UnstorableValueError as exc:
             # Say where, when it is a bad character (NUL, a lone surrogate) somewhere inside.
             try:
                 where = find_problem(result, "the handler's return value")

@@ -1,12 +1,12 @@
-"""The maintenance leader: one worker at a time, elected with a Postgres advisory lock.
+"""The maintenance leader: one worker at a time, elected in Postgres (see ``election``).
 
 The leader fires due periodic-job slots (``scheduler``), promotes due scheduled/retryable jobs,
 rescues running jobs whose heartbeat went stale or whose deadline passed, ages the priority of
 long-waiting jobs, deletes finished jobs past their retention in batches, and removes stale
-worker snapshots. Leadership is a session-level advisory lock held on a dedicated connection: if
+worker snapshots. Leadership is a session-level advisory lock held on a dedicated connection (if
 the leader dies or loses its connection, Postgres drops the lock and another worker takes over on
-its next round. Between rounds it sleeps the maintenance interval, or less when a schedule is
-due sooner.
+its next round), or, behind a transaction pooler, a lease row renewed at the start of each round.
+Between rounds it sleeps the maintenance interval, or less when a schedule is due sooner.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from awa_django.conf import awa_settings
+from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
 from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
+from awa_django.worker.election import LEADER_LOCK, Election, election_for
 from awa_django.worker.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -31,9 +34,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# pg_try_advisory_lock key: "awa!" and "lead" as two int32s, clear in pg_locks.
-LEADER_LOCK = (0x61776121, 0x6C656164)
+__all__ = ["LEADER_LOCK", "Maintenance"]
+
 BATCH = 1000
+CLUSTER_PLAN_EVERY = 0.2  # seconds between the leader's rounds while workers are in cluster scope
 RETENTION_EVERY = 60.0  # seconds between retention sweeps
 MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule is due at once
 
@@ -48,13 +52,23 @@ class Maintenance:
         self.cluster = ClusterLeader(worker)
         self.scheduler = Scheduler()
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
+        self.election: Election = election_for(
+            worker.instance_id, worker.config.heartbeat_staleness, transaction_pooler=awa_settings.transaction_pooler
+        )
 
     async def close(self) -> None:
+        """Resign (so another worker leads at once) and close the connection."""
         if self.conn is not None:
+            if self.is_leader and not self.conn.closed:
+                try:
+                    await self.election.resign(self.conn)
+                except psycopg.Error as exc:  # the lease then expires on its own
+                    logger.warning("maintenance leader could not resign: %r", exc)
             with contextlib.suppress(Exception):
                 await self.conn.close()
             self.conn = None
-            self.is_leader = False
+        self.election.connection_lost()
+        self.is_leader = False
 
     async def run(self) -> None:
         worker = self.worker
@@ -63,13 +77,12 @@ class Maintenance:
             try:
                 if self.conn is None or self.conn.closed:
                     self.is_leader = False
-                    self.conn = await connect(worker.config.database_alias)
-                if not self.is_leader:
-                    cursor = await self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK)
-                    row = await cursor.fetchone()
-                    self.is_leader = bool(row and row[0])
-                    if self.is_leader:
-                        logger.info("this worker is now the maintenance leader instance=%s", worker.instance_id)
+                    self.election.connection_lost()
+                    self.conn = await connect(worker.config.database_alias, purpose="maintenance")
+                was_leader = self.is_leader
+                self.is_leader = await self.election.campaign(self.conn)
+                if self.is_leader and not was_leader:
+                    logger.info("this worker is now the maintenance leader instance=%s", worker.instance_id)
                 if self.is_leader:
                     try:
                         await self.run_once(self.conn)
@@ -91,6 +104,10 @@ class Maintenance:
         """The maintenance interval, shortened to when the next schedule slot is due (so a
         per-second schedule fires on time) but never below MIN_SLEEP."""
         interval = self.worker.config.maintenance_interval
+        if self.is_leader and self.cluster.last_plan is not None:
+            # Workers in capacity scope "cluster" wait for the leader's caps (a new worker has
+            # none): plan them more often than the rest of the leader's work needs.
+            interval = min(interval, CLUSTER_PLAN_EVERY)
         if not self.is_leader or self._next_fire is None:
             return interval
         return max(MIN_SLEEP, min(interval, self._next_fire - time.monotonic()))
@@ -121,6 +138,11 @@ class Maintenance:
                 len(rescued),
                 [r[0] for r in rescued][:20],
             )
+            for job_id, state, kind, queue, attempt, reason in rescued:
+                worker.metrics.job_finished(queue, kind, "rescued", None)
+                log_job(
+                    "rescued", job_id=job_id, kind=kind, queue=queue, attempt=attempt, error=reason, note=f"now {state}"
+                )
             await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
         # Cluster capacity: after the rescue, so a dead worker's jobs and its part go together.
         await self.cluster.plan_once(conn)

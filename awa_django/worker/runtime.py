@@ -35,6 +35,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, release_all
 from awa_django.exceptions import ConfigurationError
+from awa_django.observability import tracing
+from awa_django.observability.joblog import report_outcome
+from awa_django.observability.sink import MetricsSink, NoopSink, gauge_reader
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
@@ -67,9 +70,12 @@ LISTEN_LOST: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ListenerStall
 class Worker:
     """One worker process's runtime. ``await Worker(config).run()`` until stopped."""
 
-    def __init__(self, config: WorkerConfig, *, registry: Registry | None = None) -> None:
+    def __init__(
+        self, config: WorkerConfig, *, registry: Registry | None = None, metrics: MetricsSink | None = None
+    ) -> None:
         self.config = config
         self.registry = registry or default_registry
+        self.metrics = metrics or NoopSink()
         self.instance_id = uuid.uuid4()
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -103,6 +109,7 @@ class Worker:
         self._probe_now = asyncio.Event()
         self._last_refused: str | None = None
         self.failure: BaseException | None = None
+        self.metrics.bind(gauge_reader(self))
 
     # --- control -------------------------------------------------------------------
 
@@ -195,12 +202,17 @@ class Worker:
         context = JobContext(job)
         task = asyncio.create_task(self._run_job(job, context, permit), name=f"awa-job-{job.id}")
         self.in_flight[job.id] = (job, context, task)
+        self.metrics.job_started(job.queue, job.kind, job.waited)
 
     async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
         handed_to_writer = False
         try:
             deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
-            outcome = await self.executor.execute(job, context, deadline)
+            started = time.monotonic()
+            with tracing.attempt_span(job) as span:
+                outcome = await self.executor.execute(job, context, deadline)
+                tracing.end_attempt(span, outcome)
+            ran = time.monotonic() - started
             context.finishing = True
             # The writer takes the permit over: it frees the slot once the row is written, or
             # passes it to the queue's next job in the same round trip. Not so for a sync handler
@@ -210,12 +222,13 @@ class Worker:
             written = self.completer.submit(job, outcome, context.progress_json, permit if thread is None else None)
             handed_to_writer = thread is None
             try:
-                await asyncio.shield(written)
+                stored = await asyncio.shield(written)
             except asyncio.CancelledError:
                 if not self.forced:  # the row is still being written: keep the task until it is
                     with contextlib.suppress(asyncio.CancelledError):
                         await written
                 raise
+            report_outcome(self.metrics, self.registry, job, outcome, ran, stored)
             if thread is not None:
                 self.in_flight.pop(job.id, None)  # finished as far as the row goes: not drained
                 self.overrunning.add(job.id)
@@ -255,7 +268,7 @@ class Worker:
                 plan[queue] = (kept, dispatcher.hand_over_params(len(kept)))
         return plan
 
-    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit]) -> None:
+    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit], *, ran_dry: bool = True) -> None:
         dispatcher = self.dispatchers.get(queue)
         for row, permit in zip(rows, permits, strict=False):
             self.dispatch(ClaimedJob(*row), permit)
@@ -267,7 +280,9 @@ class Worker:
             if unfilled:
                 if dispatcher.bucket is not None:
                     dispatcher.bucket.refund(len(unfilled))
-                if not dispatcher.polling:  # the queue ran dry; a NOTIFY or the probe wakes it again
+                if not ran_dry:  # the claim never ran (its batch was refused): let it claim itself
+                    dispatcher.nudge()
+                elif not dispatcher.polling:  # the queue ran dry; a NOTIFY or the probe wakes it again
                     dispatcher.hungry = False
                     dispatcher.stand_down()
 
@@ -277,12 +292,15 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._install_signals()
         await retrying("opening the connection pool", self._open_pool)
+        names = list(self.config.queues)
+        shown = ",".join(names[:20]) + (f",… ({len(names)} queues)" if len(names) > 20 else "")
         logger.info(
-            "worker started instance=%s mode=%s global_max_workers=%s queues=%s pool_size=%s",
+            "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
             self.instance_id,
             self.allocator.mode,
+            self.config.capacity_scope,
             self.config.global_max_workers,
-            ",".join(self.config.queues),
+            shown,
             self.config.pool_size,
         )
         try:
@@ -478,7 +496,11 @@ class Worker:
         no error ever comes, only silence. So the connection NOTIFYs itself every check interval and
         must hear the echo before the next check; ``listening`` is true only while it does."""
         if not self.config.listen:
-            logger.warning("LISTEN is turned off (AWA['LISTEN']=False): polling every %.2fs", self.config.poll_interval)
+            logger.warning(
+                "LISTEN is off (AWA['LISTEN']=False, or AWA['POOLER']='transaction' without "
+                "AWA['LISTEN_DATABASE_URL']): probing for jobs every %.2fs",
+                self.config.poll_interval,
+            )
             return
         backoff = Backoff()
         while not self.stopping:
@@ -537,6 +559,7 @@ class Worker:
                 ) from None
 
     def _on_notify(self, channel: str, payload: str) -> None:
+        logger.debug("notified channel=%s payload=%s", channel, payload)
         if channel == JOBS_CHANNEL:
             dispatcher = self.dispatchers.get(payload)
             if dispatcher is not None:
@@ -576,6 +599,7 @@ class Worker:
                     continue  # it looked, or was told of new jobs, after the query: it knows better
                 if name in ready:
                     if not dispatcher.hungry:
+                        logger.debug("backlog probe wakes queue=%s", name)
                         dispatcher.nudge()
                 elif dispatcher.hungry and self.allocator.serves(name) and self.allocator.in_flight(name) == 0:
                     dispatcher.hungry = False

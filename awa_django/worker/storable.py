@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from awa_django.validation import UnstorableValueError  # the one error for a value Postgres cannot store
+
+__all__ = ["UnstorableValueError", "escape_json", "escape_text", "find_problem", "text_problem", "to_json"]
+
 NUL = "\x00"
-
-
-class UnstorableValueError(ValueError):
-    """A value Postgres cannot store; the message names the value, where in it, and the fix."""
 
 
 def escape_text(text: str) -> str:

@@ -14,7 +14,8 @@ SYSTEMS: dict[str, dict[str, object]] = {
         "module": "bench.systems.awa_django",
         # awa_django itself is not installed: the checkout is put on PYTHONPATH, and its declared
         # dependencies (pyproject.toml [project].dependencies) are added to these at venv build time.
-        "requirements": ["Django>=5.2,<6.0"],
+        # prometheus-client: the drain_metrics row (awa_worker --metrics prometheus).
+        "requirements": ["Django>=5.2,<6.0", "prometheus-client>=0.20"],
         "from_checkout": True,
         "title": "awa_django",
     },

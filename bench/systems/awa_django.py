@@ -27,6 +27,8 @@ SETTINGS = "bench.djproject.settings_awa"
 class AwaDjango(System):
     name = "awa_django"
     supports_weighted = True
+    supports_cluster = True
+    supports_metrics = True
     notes = ["this checkout; Job.objects.enqueue / enqueue_many; worker: manage.py awa_worker"]
 
     def __init__(self, db_url: str, workdir: Path) -> None:
@@ -89,6 +91,10 @@ class AwaDjango(System):
                 spec = weighted["queues"][queue]
                 defaults = {"min_workers": int(spec["min"]), "weight": int(spec["weight"])}
             self.Queue.objects.update_or_create(name=queue, defaults=defaults)
+        if weighted is not None and weighted.get("scope") == "cluster":
+            from awa_django.models import ClusterSettings
+
+            ClusterSettings.objects.update_or_create(id=1, defaults={"global_max_workers": int(weighted["global_max"])})
 
     def worker_command(self, concurrency: int, queues: Sequence[str], weighted: dict[str, Any] | None) -> list[str]:
         cmd = [self.python, str(REPO_ROOT / "bench" / "manage.py"), "awa_worker"]
@@ -96,6 +102,13 @@ class AwaDjango(System):
             cmd += ["-q", queue]
         if weighted is not None:
             cmd += ["--global-max-workers", str(int(weighted["global_max"]))]
+            if weighted.get("scope") == "cluster":
+                cmd += ["--capacity-scope", "cluster"]
+        if self.worker_metrics:
+            # The drain_metrics row: the Prometheus sink recording every job, served on a free port.
+            cmd += ["--metrics", self.worker_metrics]
+            if self.worker_metrics == "prometheus":
+                cmd += ["--metrics-port", str(_free_port())]
         return cmd
 
     def worker_env(self, log_path: Path) -> dict[str, str]:
@@ -132,6 +145,15 @@ class AwaDjango(System):
 
         connections.close_all()
         super().close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def make(db_url: str, workdir: Path) -> AwaDjango:

@@ -51,6 +51,19 @@ class WorkerGroup:
             if code is not None:
                 raise RuntimeError(f"worker pid {proc.pid} exited with {code}: {tail(out)}")
 
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the worker processes (not their children) have used so far (Linux
+        /proc); None elsewhere. Less sensitive to a busy shared machine than wall-clock rates."""
+        total = 0.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        for proc in self.procs:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                return None
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15)
+        return total
+
     def stop(self, timeout: float = 10.0) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -76,6 +89,11 @@ class System:
     name = "?"
     supports_weighted = False
     weighted_reason = "no weighted per-queue concurrency"
+    supports_cluster = False  # one global maximum for every worker process together
+    cluster_reason = "no global maximum across worker processes (per-process pools only)"
+    # Worker metrics the next start_worker turns on ("prometheus"), for the metrics-overhead row.
+    worker_metrics: str | None = None
+    metrics_reason = "no worker metrics flavour in this adapter"
     # Concurrency actually used by one worker process when 32 is asked for (None = as asked).
     max_concurrency_per_process: int | None = None
     notes: list[str] = []
@@ -126,6 +144,8 @@ class System:
     ) -> WorkerGroup:
         if weighted is not None and not self.supports_weighted:
             raise UnsupportedError(self.weighted_reason)
+        if weighted is not None and weighted.get("scope") == "cluster" and not self.supports_cluster:
+            raise UnsupportedError(self.cluster_reason)
         self.prepare_worker(concurrency, queues, weighted)
         env = self.worker_env(log_path)
         procs, outputs = [], []

@@ -24,6 +24,7 @@ from awa_django.registry import JobHandler, Registry
 from awa_django.worker import QueueConfig
 from tests.factories import QueueFactory
 from tests.harness import ROOT, make_config, running_worker, wait_until
+from tests.skiprule import missing_dependency
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -31,9 +32,11 @@ OUTPUT = ROOT / "test-output"
 
 if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip(
-        "Debian's chromium and chromium-driver are not installed (run .ci/browser-deps)", allow_module_level=True
+        missing_dependency("Debian's chromium and chromium-driver", "run .ci/browser-deps"), allow_module_level=True
     )
-webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed")
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason=missing_dependency("the selenium package", 'pip install -e ".[dev]"')
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402

@@ -75,21 +75,21 @@ def test_awa_health__a_stopping_worker_is_not_healthy() -> None:
 @pytest.mark.django_db
 def test_awa_health__an_old_available_job_is_unhealthy_unless_its_queue_is_paused() -> None:
     worker_row()
-    job = Job.objects.enqueue("x", queue="emails")
+    job = Job.objects.enqueue("x", queue="default")
     Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - timedelta(seconds=400))
 
     code, out, err = health("--json")
     assert code == 1
-    assert "queue 'emails': the oldest available job has waited 6m 40s" in err
+    assert "queue 'default': the oldest available job has waited 6m 40s" in err
     report = json.loads(out)
     assert report["healthy"] is False
-    emails = next(q for q in report["queues"] if q["name"] == "emails")
-    assert emails["healthy"] is False
-    assert emails["counts"]["available"] == 1
-    assert 399 < emails["oldest_available_age_seconds"] < 430
+    default = next(q for q in report["queues"] if q["name"] == "default")
+    assert default["healthy"] is False
+    assert default["counts"]["available"] == 1
+    assert 399 < default["oldest_available_age_seconds"] < 430
 
     assert health("--max-age", "1000")[0] == 0
-    QueueFactory(name="emails", paused=True)
+    QueueFactory(name="default", paused=True)
     assert health()[0] == 0
 
 
@@ -131,3 +131,38 @@ def test_awa_health__says_when_cluster_workers_disagree_on_the_global_maximum() 
     assert code == 0  # a disagreement is said, not a failure: the smallest value applies
     assert "cluster scope: 2 worker(s), global maximum in force 8 (Cluster settings: 12)" in out
     assert "workers disagree: their own settings are [8, 12]" in out
+
+
+@pytest.mark.django_db
+def test_awa_health__available_jobs_in_a_queue_no_live_worker_serves__unhealthy_naming_it() -> None:
+    worker_row()  # serves "default" only
+    Job.objects.enqueue("x", queue="emails")
+    Job.objects.enqueue("x", queue="default")
+
+    code, out, err = health()
+    assert code == 1
+    assert err == (
+        "unhealthy: queue 'emails': 1 available job(s) and no live worker serves it; "
+        "start one with `python manage.py awa_worker -q emails`, or pause the queue"
+    )
+    assert "emails NO WORKER" in out
+    assert "default ok" in out
+
+    report = json.loads(health("--json")[1])
+    by_name = {q["name"]: q for q in report["queues"]}
+    emails = by_name["emails"]
+    assert (emails["no_worker"], emails["workers"], emails["healthy"]) == (True, 0, False)
+    assert (by_name["default"]["no_worker"], by_name["default"]["workers"]) == (False, 1)
+
+    QueueFactory(name="emails", paused=True)  # paused: waiting is intended
+    code, out, _ = health()
+    assert code == 0
+    assert "emails paused no worker" in out
+
+
+@pytest.mark.django_db
+def test_awa_health__reason_printed_once() -> None:
+    code, out, err = health()
+    assert code == 1
+    assert "no live worker" in err
+    assert "no live worker (none" not in out  # stdout is the report; the reason is on stderr only

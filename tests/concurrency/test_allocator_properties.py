@@ -39,7 +39,9 @@ class AllocatorMachine(RuleBasedStateMachine):
     def start(self, data: st.DataObject, weighted: bool) -> None:
         self.weighted = weighted
         self.global_max, self.config = data.draw(configs(weighted))
-        self.alloc = Allocator(self.global_max, self.config)
+        # A fixed clock: `available` depends on the pool's credit ledger, which moves with time,
+        # and the machine compares snapshots taken a moment apart.
+        self.alloc = Allocator(self.global_max, self.config, clock=lambda: 0.0)
         self.released_calls: list[str] = []
         self.alloc.on_release = self.released_calls.append
         self.outstanding: list[Permit] = []

@@ -21,20 +21,30 @@ from awa_django.concurrency.cluster import ClusterPlanner, QueueUse, WorkerView
 
 @dataclass
 class _Worker:
+    """A worker as the protocol sees it: what it last reported, what it read back then, and what
+    it really enforces and runs now (which the leader cannot see until its next report)."""
+
     name: str
     queues: list[str]
     held: dict[str, int] = field(default_factory=dict)
-    applied: dict[str, int] = field(default_factory=dict)
+    enforced: dict[str, int] = field(default_factory=dict)
+    reported: dict[str, int] = field(default_factory=dict)  # held at its last report
+    reported_applied: dict[str, int] = field(default_factory=dict)
+    read: dict[str, int] = field(default_factory=dict)
     published: dict[str, int] = field(default_factory=dict)
     loaded: dict[str, bool] = field(default_factory=dict)
 
+    def report(self) -> None:
+        """One report_capacity round trip: send held and applied caps, read the published ones,
+        apply them."""
+        self.reported = dict(self.held)
+        self.reported_applied = dict(self.enforced)
+        self.read = dict(self.published)
+        self.enforced = dict(self.read)
+
     def view(self) -> WorkerView:
-        use = {}
-        for q in self.queues:
-            held = self.held.get(q, 0)
-            wants = 100 if self.loaded.get(q) else 0
-            use[q] = QueueUse(held, wants)
-        return WorkerView(self.name, use, dict(self.applied), dict(self.published))
+        use = {q: QueueUse(self.reported.get(q, 0), 100 if self.loaded.get(q) else 0) for q in self.queues}
+        return WorkerView(self.name, use, dict(self.reported_applied), dict(self.published), dict(self.read))
 
 
 @st.composite
@@ -68,21 +78,26 @@ def test_plan__committed_and_running_never_exceed_the_maximum_while_caps_move(
         views = [w.view() for w in workers]
         plan = planner.plan(global_max, limits, views, now=float(round_))
         if global_max is not None:
-            base = sum(v.committed(q) for v in views for q in set(v.use) | set(v.applied) | set(v.published))
+            base = sum(
+                v.committed(q) for v in views for q in set(v.use) | set(v.applied) | set(v.read) | set(v.published)
+            )
             assert plan.committed(views) <= max(global_max, base)
         for w in workers:
             w.published = dict(plan.caps[w.name])
             assert all(plan.floors[w.name].get(q, 0) <= c for q, c in plan.caps[w.name].items())
         for w in workers:
-            if data.draw(st.booleans(), label=f"{w.name} applies round {round_}"):
-                w.applied = dict(w.published)
-            for q in w.queues:
-                cap = w.applied.get(q, 0)
-                held = w.held.get(q, 0)
-                if w.loaded.get(q) and held < cap:
-                    held = cap  # starts jobs up to its cap
-                held -= data.draw(st.integers(0, held), label="finished")
-                w.held[q] = held
+            # Between two plans a worker reports (or not: slow, or dead), runs up to the caps it
+            # enforces, and finishes some jobs, in an order hypothesis picks.
+            for step in data.draw(st.permutations(["report", "run", "finish"]), label=f"{w.name} round {round_}"):
+                if step == "report" and data.draw(st.booleans(), label="reports"):
+                    w.report()
+                elif step == "run":
+                    for q in w.queues:
+                        if w.loaded.get(q):
+                            w.held[q] = max(w.held.get(q, 0), w.enforced.get(q, 0))
+                elif step == "finish":
+                    for q in w.queues:
+                        w.held[q] = w.held.get(q, 0) - data.draw(st.integers(0, w.held.get(q, 0)), label="finished")
             if data.draw(st.integers(0, 9)) == 0:  # load comes and goes
                 q = data.draw(st.sampled_from(w.queues))
                 w.loaded[q] = not w.loaded.get(q)
@@ -107,9 +122,10 @@ def test_plan__steady_split_follows_the_weights_across_workers() -> None:
     for round_ in range(60):
         plan = planner.plan(12, limits, [w.view() for w in workers], now=round_ * 0.5)
         for w in workers:
-            w.published = w.applied = dict(plan.caps[w.name])
+            w.published = dict(plan.caps[w.name])
+            w.report()
             for q in w.queues:
-                w.held[q] = w.applied.get(q, 0)  # always loaded: runs its cap
+                w.held[q] = w.enforced.get(q, 0)  # always loaded: runs its cap
         if round_ >= 10:
             for q in totals:
                 totals[q] += sum(w.held.get(q, 0) for w in workers)

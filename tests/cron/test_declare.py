@@ -140,3 +140,37 @@ def test_sync__a_schedule_removed_from_code_is_disabled_not_deleted() -> None:
     gone.refresh_from_db()
     assert gone.removed_from_code_at is None
     assert gone.next_fire_at == datetime(2026, 6, 5, 3, tzinfo=timezone.utc)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sync__workers_starting_together_create_each_schedule_once() -> None:
+    """Several workers run sync_schedules at start at the same moment: none fails on the unique
+    name, and each declared schedule exists once."""
+    import threading
+
+    from django.db import connections
+
+    from awa_django.models import Schedule
+    from awa_django.registry import ScheduleSpec
+    from awa_django.services import sync_schedules
+
+    specs = [ScheduleSpec(name=f"together_{i}", kind="noop", cron="* * * * *") for i in range(5)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            start.wait()
+            sync_schedules(specs)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert Schedule.objects.filter(name__startswith="together_").count() == 5

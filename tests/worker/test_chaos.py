@@ -20,6 +20,7 @@ from django.db import connection
 from awa_django.models import Job
 from testproject.demo.models import Execution
 from tests.harness import wait_until
+from tests.skiprule import missing_dependency
 from tests.worker.support import SpawnedWorker, Spawner, state_counts
 from tests.worker.test_db_restart import _ensure_server_running, _restart_server, _tolerant
 
@@ -48,9 +49,18 @@ def _kill(worker: SpawnedWorker) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="restarts the embedded PostgreSQL only")
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason=missing_dependency("the embedded PostgreSQL (this test restarts it)", "unset DATABASE_URL"),
+)
 @pytest.mark.django_db(transaction=True)
-def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_none_stuck(spawn: Spawner) -> None:
+@pytest.mark.parametrize("scope", ["process", "cluster"])
+def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_none_stuck(
+    spawn: Spawner, scope: str
+) -> None:
+    # In cluster scope the workers share one global maximum through the leader's caps, which
+    # must survive the kills (the leader among them) and the restart as well.
+    args = (*WORKER_ARGS, "--capacity-scope", scope, "--global-max-workers", "16")
     rng = random.Random(1200)
     Job.objects.enqueue_many(
         [
@@ -58,11 +68,11 @@ def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_
             for _ in range(JOBS)
         ]
     )
-    first, second = spawn(*WORKER_ARGS, name="first"), spawn(*WORKER_ARGS, name="second")
+    first, second = spawn(*args, name="first"), spawn(*args, name="second")
 
     wait_until(lambda: _completed() >= 150, timeout=60, what="150 completed jobs")
     _kill(first)
-    third = spawn(*WORKER_ARGS, name="third")
+    third = spawn(*args, name="third")
 
     wait_until(lambda: _completed() >= 400, timeout=60, what="400 completed jobs")
     try:
@@ -74,7 +84,7 @@ def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_
     wait_until(_tolerant(lambda: _completed() >= 650), timeout=60, what="650 completed jobs")
     _kill(second)
     assert _completed() < JOBS, "every job completed before the last kill: the run was too short"
-    fourth = spawn(*WORKER_ARGS, name="fourth")
+    fourth = spawn(*args, name="fourth")
 
     wait_until(_tolerant(lambda: _completed() == JOBS), timeout=120, what=f"{JOBS} completed jobs")
     for survivor in (third, fourth):

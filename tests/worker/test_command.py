@@ -24,7 +24,9 @@ from tests.harness import ROOT, worker_env
         (["--heartbeat-interval", "0"], "argument --heartbeat-interval: '0' must be above 0 seconds"),
         (["--global-max-workers", "0"], "argument --global-max-workers: '0' must be at least 1"),
         (["--global-max-workers", "2.5"], "argument --global-max-workers: '2.5' is not a whole number"),
-        (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: '-1' must be 0 or more seconds"),
+        (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: '-1' must be above 0 seconds"),
+        # One rule with AWA["SHUTDOWN_TIMEOUT"] (check awa.E003): above 0.
+        (["--shutdown-timeout", "0"], "argument --shutdown-timeout: '0' must be above 0 seconds"),
         (["-q", ""], "invalid queue name ''"),
         (["-q", "   "], "invalid queue name '   '"),
         (["-q", "x" * 256], "invalid queue name 'xxx"),
@@ -49,6 +51,33 @@ def test_awa_worker__bad_cli_value__command_error_naming_it(argv: list[str], mes
 def test_awa_worker__inconsistent_settings__command_error_naming_them(argv: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=re.escape(message)):
         call_command("awa_worker", "-q", "default", *argv)
+
+
+@pytest.mark.django_db
+def test_awa_worker__min_workers_above_the_global_maximum__error_names_the_queues() -> None:
+    from tests.factories import QueueFactory
+
+    QueueFactory(name="emails", min_workers=6)
+    QueueFactory(name="reports", min_workers=4)
+    QueueFactory(name="idle", min_workers=0)
+
+    with pytest.raises(CommandError) as caught:
+        call_command("awa_worker", "-q", "emails", "-q", "reports", "-q", "idle", "--global-max-workers", "8")
+
+    assert str(caught.value) == (
+        "sum of min_workers (10) exceeds global_max_workers (8); lower some queue's min_workers or raise "
+        "global_max_workers (min_workers of the largest queues: emails=6, reports=4; edit them in the Queue admin)"
+    )
+
+
+def test_awa_worker__every_option_has_help() -> None:
+    from awa_django.management.commands.awa_worker import Command
+
+    parser = Command().create_parser("manage.py", "awa_worker")
+    ours = [a for a in parser._actions if a.dest not in {"help", "version"} and a.option_strings]
+    missing = [a.option_strings[-1] for a in ours if not a.help]
+    assert "--heartbeat-interval" in {s for a in ours for s in a.option_strings}
+    assert missing == [], f"options without help: {missing}"
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from django.db.utils import DatabaseError, InterfaceError, OperationalError
 from awa_django.models import Job
 from testproject.embedded import DATA_DIR
 from tests.harness import wait_until
+from tests.skiprule import missing_dependency
 from tests.worker.support import Spawner, state_counts
 
 JOBS = 2000
@@ -82,7 +83,10 @@ def _tolerant(predicate: Callable[[], Any]) -> Callable[[], Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="restarts the embedded PostgreSQL only")
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason=missing_dependency("the embedded PostgreSQL (this test restarts it)", "unset DATABASE_URL"),
+)
 @pytest.mark.django_db(transaction=True)
 def test_database_restart__worker_reconnects_by_itself_and_completes_every_job(spawn: Spawner) -> None:
     # 2000 jobs of 0.2 s at 50 at once: the drain takes at least 8 s, so the restart lands mid-run.

@@ -20,6 +20,7 @@ from psycopg import sql
 from awa_django.models import Job, WorkerInstance
 from tests.conftest import _DJANGO_ONLY
 from tests.harness import wait_until
+from tests.skiprule import missing_dependency
 from tests.worker.support import Spawner, wait_for_row
 
 QUEUE = "listen_health"
@@ -52,7 +53,10 @@ def _allow_connections(allow: bool) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="signals a backend of the embedded PostgreSQL")
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason=missing_dependency("the embedded PostgreSQL (this test signals its backend)", "unset DATABASE_URL"),
+)
 @pytest.mark.django_db(transaction=True)
 def test_listen__backend_stopped__listening_false_then_reconnected_and_notify_wakes_again(spawn: Spawner) -> None:
     # A 60 s poll interval: a job runs promptly only if a NOTIFY woke the worker.

@@ -75,7 +75,9 @@ def test_second_sigterm__stops_at_once_leaving_running_rows_for_the_rescue(spawn
     wait_until(lambda: "stopping: no new claims" in worker.log, timeout=30, what="the first signal's log line")
     worker.signal(signal.SIGTERM)
 
-    # Far below the 600 s shutdown timeout: the second signal did not wait for the jobs.
-    worker.wait_exit(timeout=30)
+    # Far below the 600 s shutdown timeout: the second signal did not wait for the jobs, and the
+    # exit status says the stop was forced (issue 17: it was 0).
+    assert worker.wait_exit(timeout=30) == 1, worker.log[-4000:]
     assert "second stop request" in worker.log
+    assert "forced stop (a second SIGTERM/SIGINT)" in worker.log
     assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}

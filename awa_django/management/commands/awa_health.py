@@ -1,8 +1,9 @@
 """``manage.py awa_health``: a container probe. Prints each live worker and each queue's health.
 
 Exit status 0 when at least one worker is live (a snapshot newer than ``--stale-after``) and not
-stopping, and no unpaused queue's oldest available job has waited longer than ``--max-age``;
-1 otherwise (the reasons on stderr). ``--json`` prints the report as one JSON object.
+stopping, no unpaused queue's oldest available job has waited longer than ``--max-age``, and no
+unpaused queue with available jobs lacks a live worker serving it; 1 otherwise (the reasons on
+stderr, once; stdout has the report). ``--json`` prints the report as one JSON object.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from awa_django.management.arguments import seconds
 class Command(BaseCommand):
     help = (
         "Report the health of awa workers and queues. Exit status 0 when at least one worker is live "
-        "and healthy and no queue's oldest available job is older than --max-age; 1 otherwise."
+        "and healthy, no queue's oldest available job is older than --max-age and every unpaused queue "
+        "with available jobs has a live worker serving it; 1 otherwise."
     )
     requires_system_checks: list[str] = []  # a probe must be quick; `check` is a separate step
 
@@ -69,7 +71,17 @@ class Command(BaseCommand):
                     f"queue {entry.name!r}: the oldest available job has waited "
                     f"{services.format_age(age)} ({age.total_seconds():.0f}s > --max-age {max_age:g}s)"
                 )
-            queue_reports.append(entry.as_dict(now) | {"healthy": not too_old})
+            # With no live worker at all the problem above says it once for every queue.
+            unserved = bool(workers) and entry.waiting_without_worker
+            if unserved:
+                problems.append(
+                    f"queue {entry.name!r}: {entry.available} available job(s) and no live worker serves it; "
+                    f"start one with `python manage.py awa_worker -q {entry.name}`, or pause the queue"
+                )
+            queue_reports.append(
+                entry.as_dict(now)
+                | {"healthy": not too_old and not unserved, "too_old": too_old, "no_worker": not entry.capacities}
+            )
 
         report = {
             "healthy": not problems,
@@ -135,11 +147,13 @@ class Command(BaseCommand):
             counts = " ".join(f"{state}={n}" for state, n in q["counts"].items())
             age = q["oldest_available_age_seconds"]
             age_text = f"{age:.0f}s" if age is not None else "-"
-            flag = "ok" if q["healthy"] else "TOO OLD"
+            marks = ["TOO OLD"] if q["too_old"] else []
+            if q["no_worker"]:  # loud when it is a problem (jobs waiting), quiet otherwise
+                marks.append("no worker" if q["healthy"] else "NO WORKER")
+            flag = ", ".join(marks) or "ok"
             paused = " paused" if q["paused"] else ""
             out.write(
                 f"  {q['name']}{paused} {flag} oldest_available={age_text} {counts} "
                 f"in_flight={q['in_flight']} overflow_held={q['overflow_held']}"
             )
-        for problem in report["problems"]:
-            out.write(self.style.ERROR(f"problem: {problem}"))
+        # The problems are the CommandError's message (stderr): not repeated here.

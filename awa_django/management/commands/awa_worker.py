@@ -15,8 +15,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import awa_settings
-from awa_django.exceptions import ConfigurationError
-from awa_django.management.arguments import positive_int, seconds, seconds_or_zero
+from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
+from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
 
@@ -116,9 +117,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=seconds_or_zero,
+            type=seconds,
             metavar="SECONDS",
-            help="time in-flight jobs get to finish after SIGTERM/SIGINT",
+            help="time in-flight jobs get to finish after SIGTERM/SIGINT, above 0; jobs still running then "
+            "are handed back (default: AWA['SHUTDOWN_TIMEOUT'], 30)",
         )
         parser.add_argument(
             "--poll-interval",
@@ -126,7 +128,13 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="seconds between polls when no NOTIFY arrives",
         )
-        parser.add_argument("--heartbeat-interval", type=seconds, metavar="SECONDS")
+        parser.add_argument(
+            "--heartbeat-interval",
+            type=seconds,
+            metavar="SECONDS",
+            help="seconds between heartbeats of running jobs; below --heartbeat-staleness "
+            "(default: AWA['HEARTBEAT_INTERVAL'], 5)",
+        )
         parser.add_argument(
             "--capacity-scope",
             choices=["process", "cluster"],
@@ -147,6 +155,20 @@ class Command(BaseCommand):
             help="a running job whose heartbeat is older than this is rescued",
         )
 
+        parser.add_argument(
+            "--metrics",
+            metavar="SINK",
+            help="record metrics: none, prometheus (awa-django[metrics]), otel (awa-django[otel]) or a dotted "
+            "path to a MetricsSink subclass (default: AWA['METRICS'], none; prometheus when --metrics-port is given)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="serve this worker's Prometheus metrics on http://ADDR:PORT/metrics (default: AWA['METRICS_PORT']); "
+            "each worker process on a host needs its own port",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.models import Queue
         from awa_django.registry import registry
@@ -162,6 +184,7 @@ class Command(BaseCommand):
                 problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
+        metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
         alias = str(awa_settings.DATABASE_ALIAS)
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic()
@@ -178,6 +201,16 @@ class Command(BaseCommand):
                 heartbeat_staleness=options["heartbeat_staleness"],
                 capacity_scope=options["capacity_scope"],
             )
+        except MinWorkersExceedGlobalError as exc:
+            served = set(queues) if queues else None
+            largest = sorted(
+                ((row["min_workers"], row["name"]) for row in rows if served is None or row["name"] in served),
+                key=lambda pair: (-pair[0], pair[1]),
+            )
+            listing = ", ".join(f"{name}={n}" for n, name in largest[:5] if n)
+            raise CommandError(
+                f"{exc} (min_workers of the largest queues: {listing}; edit them in the Queue admin)"
+            ) from exc
         except ConfigurationError as exc:
             raise CommandError(f"{exc}") from exc
         # Every served queue gets a Queue row, so operators see it in the admin and can tune it.
@@ -202,11 +235,13 @@ class Command(BaseCommand):
                 synced.updated,
                 synced.removed,
             )
-        worker = Worker(config)
+        worker = Worker(config, metrics=metrics)
         try:
             asyncio.run(worker.run())
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
             pass
+        finally:
+            metrics.close()
         if worker.executor.sync_running:
             logging.getLogger("awa_django").warning(
                 "%d sync handler(s) still running in threads; exiting without waiting for them "
@@ -216,6 +251,12 @@ class Command(BaseCommand):
             os._exit(1)
         if worker.failure is not None:
             raise CommandError(f"worker stopped after a failure: {worker.failure!r}")
+        if worker.forced:
+            # A second signal cut the drain short: say so in the exit status, not only in the log.
+            raise CommandError(
+                "forced stop (a second SIGTERM/SIGINT): jobs still running were left to the rescue; "
+                "send one signal and allow --shutdown-timeout for a clean stop"
+            )
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("awa_django")
@@ -226,6 +267,28 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+
+
+def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
+    """The sink from --metrics/--metrics-port or AWA['METRICS']/AWA['METRICS_PORT'], serving its
+    port if one is set; every mistake is a CommandError naming the value and the fix."""
+    listen_port = port_option if port_option is not None else awa_settings.METRICS_PORT
+    if listen_port is not None and (
+        isinstance(listen_port, bool) or not isinstance(listen_port, int) or not 1 <= listen_port <= 65535
+    ):
+        raise CommandError(f"AWA['METRICS_PORT'] is {listen_port!r}; use a port number from 1 to 65535, or None")
+    if name is None:
+        name = awa_settings.METRICS
+        if (name is None or name == "none") and listen_port is not None:
+            name = "prometheus"  # a port to serve on says what is wanted
+    addr = awa_settings.METRICS_ADDR
+    try:
+        sink = load_sink(name)
+        if listen_port is not None:
+            sink.serve(listen_port, str(addr))
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+    return sink
 
 
 def _read_queue_rows() -> list[dict[str, Any]]:

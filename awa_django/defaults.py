@@ -1,0 +1,33 @@
+"""Every default and limit of a job and a queue, in one place; the rest of the package imports them.
+
+The model fields, the migrations' defaults, the admin form's initial values, the worker's
+``QueueConfig``, the concurrency package's ``QueueLimits``, ``@job`` and the enqueue API all read
+these. Changing a model field default here needs a migration (``makemigrations --check`` says so).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- a job -------------------------------------------------------------------------------------
+
+QUEUE_DEFAULT: Final = "default"
+"""The queue of a job whose kind has no ``@job`` handler and whose enqueue names none."""
+
+PRIORITY_MIN: Final = 1  # highest
+PRIORITY_MAX: Final = 4  # lowest
+PRIORITY_DEFAULT: Final = 2
+
+MAX_ATTEMPTS_MIN: Final = 1
+MAX_ATTEMPTS_MAX: Final = 1000
+MAX_ATTEMPTS_DEFAULT: Final = 25
+
+NAME_MAX_LENGTH: Final = 255
+"""A kind, a queue name, a tag, a schedule name: at most this many characters."""
+
+# --- a queue's capacity (the Queue model, QueueConfig, QueueLimits, the admin form) --------------
+
+MAX_WORKERS_DEFAULT: Final = 50  # hard-reserved mode: jobs of the queue one worker runs at once
+MIN_WORKERS_DEFAULT: Final = 0  # weighted mode: slots guaranteed to the queue
+WEIGHT_DEFAULT: Final = 1  # weighted mode: share of the overflow pool
+RATE_BURST_DEFAULT: Final = 0  # token-bucket burst; 0 means ceil(rate_limit)

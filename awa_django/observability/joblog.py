@@ -1,0 +1,145 @@
+"""One log line per attempt outcome, on the ``awa_django.jobs`` logger.
+
+Levels: completed at DEBUG (with its duration); retried and snoozed at INFO; failed, cancelled,
+lost, rescued and an unregistered kind at WARNING, with the error. Every line carries structured
+``extra`` fields, so a JSON formatter or structlog gets them as keys: ``job_id``, ``kind``,
+``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
+``sink.OUTCOMES``), and where they apply ``error`` and ``delay_s``. The message repeats them as
+``key=value`` for plain-text logs.
+
+The level is checked before anything is built, so a completed job costs one ``isEnabledFor`` call
+when DEBUG is off.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from awa_django.observability.sink import STATE_OUTCOMES, UNREGISTERED_KIND, MetricsSink
+
+if TYPE_CHECKING:
+    from awa_django.registry import Registry
+    from awa_django.worker.context import ClaimedJob, Outcome
+
+logger = logging.getLogger("awa_django.jobs")
+
+LEVELS = {
+    "completed": logging.DEBUG,
+    "retried": logging.INFO,
+    "snoozed": logging.INFO,
+    "failed": logging.WARNING,
+    "cancelled": logging.WARNING,
+    "lost": logging.WARNING,
+    "rescued": logging.WARNING,
+}
+
+
+def error_text(outcome: Outcome) -> str | None:
+    if outcome.error is None:
+        return None
+    text = outcome.error.get("error")
+    return None if text is None else str(text)
+
+
+def log_job(
+    outcome: str,
+    *,
+    job_id: int,
+    kind: str,
+    queue: str,
+    attempt: int,
+    duration_ms: float | None = None,
+    error: str | None = None,
+    delay_s: float | None = None,
+    note: str = "",
+) -> None:
+    """Write one outcome line (if its level is enabled)."""
+    level = LEVELS[outcome]
+    if not logger.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "kind": kind,
+        "queue": queue,
+        "attempt": attempt,
+        "duration_ms": duration_ms,
+        "outcome": outcome,
+    }
+    message = "job %s job_id=%s kind=%s queue=%s attempt=%s"
+    args: list[Any] = [outcome, job_id, kind, queue, attempt]
+    if duration_ms is not None:
+        message += " duration_ms=%.1f"
+        args.append(duration_ms)
+    if delay_s is not None:
+        fields["delay_s"] = delay_s
+        message += " delay_s=%.1f"
+        args.append(delay_s)
+    if error is not None:
+        fields["error"] = error
+        message += " error=%r"
+        args.append(error)
+    if note:
+        message += "; " + note.replace("%", "%%")
+    logger.log(level, message, *args, extra=fields)
+
+
+def report_outcome(
+    sink: MetricsSink, registry: Registry, job: ClaimedJob, outcome: Outcome, seconds: float, written: bool
+) -> None:
+    """What the worker knows once an attempt's row is written (or found taken): count it, log it.
+
+    A write refused by the (id, running, run_lease) guard is ``lost`` (the completer logs that
+    line, it knows why); otherwise the outcome is the state written.
+    """
+    name = STATE_OUTCOMES.get(outcome.state, outcome.state) if written else "lost"
+    kind = job.kind
+    note = ""
+    if name == "failed" and registry.get(kind) is None:
+        kind = UNREGISTERED_KIND
+        note = (
+            f"no handler is registered for kind {job.kind!r} in this worker: register one with "
+            f"@job({job.kind!r}) in an installed app's jobs.py, or fix the kind at enqueue"
+        )
+    sink.job_finished(job.queue, kind, name, seconds)
+    if written:
+        log_job(
+            name,
+            job_id=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempt,
+            duration_ms=seconds * 1000.0,
+            error=error_text(outcome),
+            delay_s=outcome.delay if name in ("retried", "snoozed") else None,
+            note=note,
+        )
+
+
+_checked_kinds: set[str] = set()
+
+
+def warn_unknown_kind(kind: str) -> None:
+    """At enqueue: say once per process per kind that no handler here is registered for it.
+
+    Only a hint (WARNING, once): a kind may be registered only in the worker processes' apps. The
+    must is at the worker, where such a job fails with a WARNING line naming the kind and the fix.
+    Costs one set lookup per enqueue after the first of each kind.
+    """
+    if kind in _checked_kinds:
+        return
+    from awa_django.registry import registry
+
+    _checked_kinds.add(kind)
+    if kind in registry or next(iter(registry), None) is None:
+        return  # known, or no registry loaded in this process (nothing to compare with)
+    if registry.get(kind) is not None:
+        return  # a resolver (Django tasks) knows it
+    logging.getLogger("awa_django.enqueue").warning(
+        "enqueued a job of kind %r, but no handler is registered for it in this process; a worker without "
+        "one fails it: check the spelling, or register it with @job(%r) in an installed app's jobs.py "
+        "(ignore this if only your worker processes load that handler)",
+        kind,
+        kind,
+        extra={"kind": kind, "outcome": "unknown_kind"},
+    )

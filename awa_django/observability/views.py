@@ -1,0 +1,126 @@
+"""The cluster's queue depth as Prometheus gauges, from the database, once per scrape.
+
+Wire it into your URLs (``path("awa/", include("awa_django.urls"))`` serves it at
+``/awa/metrics``) and scrape it from one place: every worker sees the same rows, so these gauges
+belong to no worker. Set ``AWA['METRICS_TOKEN']`` to require ``Authorization: Bearer <token>``.
+
+Gauges:
+
+- ``awa_queue_jobs{queue,state}``: jobs waiting or running (scheduled, available, running,
+  retryable). Finished jobs are counted by the workers (``awa_jobs_total``), not here: counting
+  them would scan the retained history on every scrape.
+- ``awa_queue_oldest_available_age_seconds{queue}``: how long the oldest due job has waited
+  (0 when none): the queue lag to alert on.
+- ``awa_queue_paused{queue}``: 1 if the queue is paused.
+- ``awa_workers_live``, ``awa_workers_leader``: worker snapshots seen within the heartbeat
+  staleness, and how many of them say they lead maintenance (alert when either is 0).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from awa_django.conf import awa_settings
+
+DEPTH_STATES = ("scheduled", "available", "running", "retryable")
+
+
+def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
+    """{metric name: [(labels, value)]} read from the database now (four ORM queries)."""
+    from awa_django.models import Job, Queue, WorkerInstance
+
+    alias = str(awa_settings.DATABASE_ALIAS)
+    now = timezone.now()
+    queues = {q.name: q.paused for q in Queue.objects.using(alias).only("name", "paused")}
+    counts = {
+        (row["queue"], row["state"]): row["n"]
+        for row in Job.objects.using(alias)
+        .filter(state__in=DEPTH_STATES)
+        .values("queue", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    oldest = {
+        row["queue"]: row["oldest"]
+        for row in Job.objects.using(alias)
+        .filter(state="available", run_at__lte=now)
+        .values("queue")
+        .annotate(oldest=Min("run_at"))
+        .order_by()
+    }
+    names = sorted(set(queues) | {queue for queue, _ in counts} | set(oldest))
+    staleness = timedelta(seconds=float(awa_settings.HEARTBEAT_STALENESS))
+    live = list(
+        WorkerInstance.objects.using(alias).filter(last_seen_at__gte=now - staleness).values_list("flags", flat=True)
+    )
+    return {
+        "awa_queue_jobs": [
+            ({"queue": q, "state": s}, float(counts.get((q, s), 0))) for q in names for s in DEPTH_STATES
+        ],
+        "awa_queue_oldest_available_age_seconds": [
+            ({"queue": q}, max((now - oldest[q]).total_seconds(), 0.0) if q in oldest else 0.0) for q in names
+        ],
+        "awa_queue_paused": [({"queue": q}, float(queues.get(q, False))) for q in names],
+        "awa_workers_live": [({}, float(len(live)))],
+        "awa_workers_leader": [({}, float(sum(1 for flags in live if (flags or {}).get("leader"))))],
+    }
+
+
+HELP = {
+    "awa_queue_jobs": "Jobs waiting or running, by queue and state (from the database).",
+    "awa_queue_oldest_available_age_seconds": "Age of the oldest due, unclaimed job of the queue (0 when none).",
+    "awa_queue_paused": "1 if the queue is paused.",
+    "awa_workers_live": "Workers whose snapshot is fresher than the heartbeat staleness.",
+    "awa_workers_leader": "Live workers that report being the maintenance leader (1 expected).",
+}
+
+
+def exposition() -> bytes:
+    """The depth gauges in Prometheus' text format (needs prometheus-client)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+
+    samples = depth_samples()
+
+    class Depth(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            for name, values in samples.items():
+                labels = sorted(values[0][0]) if values else []
+                family = GaugeMetricFamily(name, HELP[name], labels=labels)
+                for label_values, value in values:
+                    family.add_metric([label_values[k] for k in labels], value)
+                yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Depth())
+    return generate_latest(registry)
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    token = awa_settings.METRICS_TOKEN
+    if token:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return HttpResponse(
+                "awa metrics: send 'Authorization: Bearer <AWA['METRICS_TOKEN']>'\n",
+                status=401,
+                content_type="text/plain",
+            )
+    try:
+        body = exposition()
+    except ImportError as exc:
+        return HttpResponse(
+            f"awa metrics need prometheus-client ({exc}): pip install 'awa-django[metrics]'\n",
+            status=501,
+            content_type="text/plain",
+        )
+    return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

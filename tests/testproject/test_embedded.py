@@ -1,0 +1,151 @@
+"""The embedded PostgreSQL's commands, on a private data directory (AWA_PGDATA), never the shared one.
+
+The bug these pin down: after a test run, ``python -m testproject.embedded stop`` printed nothing,
+exited 0 and left the server running, because pgserver's ``.handle_pids.json`` still listed killed
+worker processes. Each test starts its own server (initdb included), so they are marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.harness import ROOT, wait_until
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AWA_DB_NAME", "PYTEST_ADDOPTS")}
+    env.update(AWA_PGDATA=str(data_dir), PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE="testproject.settings")
+    env.update(extra)
+    return env
+
+
+def _embedded(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "testproject.embedded", *args],
+        cwd=ROOT,
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _postmaster_pid(data_dir: Path) -> int | None:
+    pid_file = data_dir / "postmaster.pid"
+    return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # A short path: a Unix socket path is limited to ~107 bytes, and the socket lives here.
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="awa-pg-") as parent:
+        path = Path(parent) / "pgdata"
+        try:
+            yield path
+        finally:
+            pid = _postmaster_pid(path)
+            if pid is not None and psutil.pid_exists(pid):  # the test failed before stopping it
+                _embedded(path, "stop")
+
+
+@pytest.mark.slow
+def test_stop__after_a_test_run_with_killed_handle_holders__stops_and_says_so(data_dir: Path) -> None:
+    # A real test run on the private server: a worker subprocess, stopped by signals.
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/worker/test_forced_stop.py"],
+        cwd=ROOT,
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # And the exact hole: a process that opened the server through pgserver and was killed, so its
+    # pid stays in .handle_pids.json forever.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, pgserver; pgserver.get_server(sys.argv[1], cleanup_mode=None);"
+            " print('ready', flush=True); time.sleep(600)",
+            str(data_dir),
+        ],
+        env=_env(data_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "ready"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert str(holder.pid) in (data_dir / ".handle_pids.json").read_text()
+    pid = _postmaster_pid(data_dir)
+    assert pid is not None and psutil.pid_exists(pid)
+
+    stopped = _embedded(data_dir, "stop")
+
+    assert (stopped.returncode, stopped.stdout.strip()) == (0, "stopped"), stopped.stderr
+    wait_until(lambda: not psutil.pid_exists(pid), timeout=30, what=f"postmaster {pid} to exit")
+    assert _embedded(data_dir, "status").stdout.strip() == "not running"
+    again = _embedded(data_dir, "stop")
+    assert (again.returncode, again.stdout.strip()) == (0, "not running")
+
+
+@pytest.mark.slow
+def test_url__points_a_project_at_the_embedded_server(data_dir: Path) -> None:
+    url = _embedded(data_dir, "url")
+    assert url.returncode == 0, url.stderr
+    assert url.stdout.startswith("postgresql://postgres@/awa?host=")
+
+    # DATABASE_URL set, the regular postgresql backend: what a user's new project would do.
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.db import connection;"
+            "print(connection.vendor, connection.settings_dict['ENGINE'], connection.cursor().connection.info.dbname)",
+        ],
+        cwd=ROOT,
+        env=_env(data_dir, DATABASE_URL=url.stdout.strip()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.split() == ["postgresql", "django.db.backends.postgresql", "awa"]
+    assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
+
+
+def test_unknown_command__exit_2_naming_the_commands(tmp_path: Path) -> None:
+    result = _embedded(tmp_path / "never-created", "restart")
+    assert result.returncode == 2
+    assert "unknown command 'restart'" in result.stderr
+    assert "start, stop, status, url" in result.stderr
+    assert not (tmp_path / "never-created").exists()
+
+
+def test_manage_py_help_and_check__start_no_server(tmp_path: Path) -> None:
+    data_dir = tmp_path / "pgdata"
+    for command in (["help"], ["check"]):
+        result = subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=_env(data_dir),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+    assert not data_dir.exists()  # no initdb, no server
+    assert _embedded(data_dir, "status").stdout.strip() == "not running"
