@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = "awa_bench_mvcc"
 QUEUE = "bench"
+WORKER_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "awa_bench_mvcc_worker.log"  # the worker's output
 
 
 def setup() -> None:
@@ -60,7 +61,12 @@ def setup() -> None:
 
 
 def conninfo(db: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    info = {"dbname": name or db["NAME"], "user": db.get("USER") or None, "host": db.get("HOST") or None}
+    host = db.get("HOST") or None
+    if host is None and db.get("ENGINE") == "testproject.embedded_postgresql":
+        from testproject.embedded import socket_dir
+
+        host = socket_dir()  # the embedded backend fills HOST in only on its first connection
+    info = {"dbname": name or db["NAME"], "user": db.get("USER") or None, "host": host}
     if db.get("PORT"):
         info["port"] = db["PORT"]
     if db.get("PASSWORD"):
@@ -105,11 +111,12 @@ class OldSnapshot:
 
 def start_worker() -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), AWA_DB_NAME=DB_NAME)
+    log = open(WORKER_LOG, "ab")  # noqa: SIM115 - the worker process writes it until it ends
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", QUEUE],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
 
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import math
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from awa_django.concurrency import Permit, TokenBucket, release_all
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from awa_django.worker.runtime import Worker
 
 logger = logging.getLogger(__name__)
-
-# A rescan of the lanes from their fronts taking this long (seconds) is logged: it walks dead
-# entries vacuum could not remove, and it spaces the next rescans out (worker/lanes.py).
-SLOW_RESCAN = 0.5
 
 
 class Dispatcher:
@@ -59,7 +55,7 @@ class Dispatcher:
         self.nudges = 0
         self.polling = False
         self.claimed_total = 0
-        # Where each priority lane's claim scan starts (worker/lanes.py: why, and the rescans).
+        # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
         self.lanes = LaneCursors()
         self.hand_over_params_sent: dict[str, Any] | None = None
         self._apply(config)
@@ -197,22 +193,31 @@ class Dispatcher:
         self.worker.allocator.clear_demand(self.queue)
         self.worker.wake_waiting()
 
-    def claim_params(self, limit: int, *, may_rescan: bool = True) -> dict[str, Any]:
+    def claim_params(self, limit: int) -> dict[str, Any]:
         deadline = None if self.config.deadline is None else timedelta(seconds=self.config.deadline)
-        lanes = self.lanes.params(time.monotonic(), may_rescan=may_rescan)
-        return {"queue": self.queue, "limit": limit, "deadline": deadline, **lanes}
+        return {"queue": self.queue, "limit": limit, "deadline": deadline, **self.lanes.params()}
 
     def hand_over_params(self, limit: int) -> dict[str, Any]:
-        """claim_params for the writer's hand-over claim (never a rescan: the queue keeps moving
-        while the dispatcher's own claim does one); its rows come back through ``claimed``."""
-        params = self.claim_params(limit, may_rescan=False)
+        """claim_params for the writer's hand-over claim; its rows come back through ``claimed``."""
+        params = self.claim_params(limit)
         self.hand_over_params_sent = params
         return params
 
-    def claimed(self, rows: list[tuple[Any, ...]]) -> None:
-        """The writer's hand-over claim returned these rows: move the lane cursors past them."""
-        if self.hand_over_params_sent is not None:
-            self.lanes.advance(rows, self.hand_over_params_sent, time.monotonic())
+    def claimed(self, rows: list[tuple[Any, ...]], *, ran: bool = True) -> None:
+        """The writer's hand-over claim returned these rows (``ran`` False: it never ran): move
+        the lane cursors past them."""
+        params, self.hand_over_params_sent = self.hand_over_params_sent, None
+        if params is None:
+            return
+        if ran:
+            self.lanes.advance(rows, params)
+        else:
+            self.lanes.claim_failed(params)
+
+    def found_behind(self, priority: int, key: tuple[datetime, int]) -> None:
+        """The look-behind saw a due job behind this lane's cursor: the next claim goes back for it."""
+        if self.lanes.found_behind(priority, key):
+            self.nudge()
 
     async def _claim(self, limit: int) -> list[tuple[Any, ...]]:
         params = self.claim_params(limit)
@@ -221,18 +226,9 @@ class Dispatcher:
                 cursor = await conn.execute(statements["claim_jobs"], params)
                 rows = await cursor.fetchall()
         except BaseException:
-            if params["lanes_rescan"]:
-                self.lanes.rescan_failed(time.monotonic())
+            self.lanes.claim_failed(params)
             raise
-        took = self.lanes.advance(rows, params, time.monotonic())
-        if took is not None and took >= SLOW_RESCAN:
-            logger.warning(
-                "slow lane rescan queue=%s seconds=%.3f next_rescan_in=%.1f hint=%s",
-                self.queue,
-                took,
-                self.lanes.rescan_interval,
-                "a long transaction or an old snapshot is likely holding vacuum back (pg_stat_activity)",
-            )
+        self.lanes.advance(rows, params)
         return rows
 
 

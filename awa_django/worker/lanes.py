@@ -8,18 +8,18 @@ the btree descent reaches without touching what lies before it.
 
 Jobs can become available behind a cursor: a scheduled or retryable job promoted when due, a job
 released at shutdown, aged into a higher lane, retried from the admin, inserted with a past run_at,
-or inserted by a transaction that committed after later jobs were claimed. So the dispatcher's own
-claim rescans every lane from its front now and then: at least ``RESCAN_EVERY`` seconds apart, and
-at least ``RESCAN_COST_FACTOR`` times as long apart as the last rescan took. The second rule bounds
-what rescans cost the claim path to about 1/RESCAN_COST_FACTOR of its time whatever the number of
-dead entries (a rescan visits each one); the price is that, while an old snapshot lets them pile
-up, a job made available behind a cursor waits longer (the bound is in the dispatcher's log and in
-docs/storage.md). The writer's hand-over claims never rescan, so the queue keeps moving while one
-does. Nothing else depends on the cursor: it only says where a scan starts, the claim's own
-``FOR UPDATE SKIP LOCKED`` still decides who takes a row, so a stale or reset cursor can cost a
-longer scan or a later pickup, never a job skipped for good or claimed twice.
+or inserted by a transaction that committed after later jobs were claimed. The worker's
+look-behind (worker/lookbehind.py) finds them off the claim path: one query for every lane of
+every queue, at most every ``LOOK_BEHIND_EVERY`` seconds and at least ``LOOK_BEHIND_COST_FACTOR``
+times as long apart as the last one took, returning each lane's first due, available job behind
+its cursor. ``found_behind`` turns that into a *rewind*: the next claim of the queue (the
+dispatcher's own or a hand-over) starts that lane just before the job found, so it takes what lies
+behind in (run_at, id) order, walking only the dead entries between the job found and the cursor,
+never those before it. Nothing else depends on the cursor: it only says where a scan starts, the
+claim's own ``FOR UPDATE SKIP LOCKED`` still decides who takes a row, so a stale or rewound cursor
+can cost a longer scan or a later pickup, never a job skipped for good or claimed twice.
 
-Pure: no I/O, the clock passed in.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,113 +30,130 @@ from typing import Any
 
 LANES = 4  # priorities 1 (highest) .. 4, the range awa_job_priority_range allows
 
-# Rescans from the lanes' fronts: at least this many seconds apart (what a job made available
-# behind a cursor waits when vacuum keeps up and a rescan is cheap) ...
-RESCAN_EVERY = 1.0
-# ... and at least this many times the last rescan's duration apart (rescans cost the claim path at
-# most about 1/RESCAN_COST_FACTOR of its time however many dead entries they walk).
-RESCAN_COST_FACTOR = 20.0
+# The look-behind runs at most this often (seconds): how long a job made available behind a cursor
+# waits when vacuum keeps up and the look is cheap ...
+LOOK_BEHIND_EVERY = 0.1
+# ... and at least this many times its own duration apart, so it costs the database at most about
+# 1/LOOK_BEHIND_COST_FACTOR of a connection's time however many dead entries it walks.
+LOOK_BEHIND_COST_FACTOR = 20.0
+
+Key = tuple[datetime, int]
 
 
 class LaneCursors:
-    """The (run_at, id) after which each lane's next claim scan starts; None = the lane's front."""
+    """Per lane, the (run_at, id) after which the next claim scan starts (None = the lane's front),
+    and the rewinds the look-behind found and no claim has used yet."""
 
-    __slots__ = (
-        "_cursor",
-        "_generation",
-        "_rescan_at",
-        "_rescan_issued",
-        "last_rescan_seconds",
-        "rescan_interval",
-        "rescans",
-    )
+    __slots__ = ("_cursor", "_generation", "_pending", "_rewind_out", "rewinds")
 
     def __init__(self) -> None:
-        self._cursor: list[tuple[datetime, int] | None] = [None] * LANES
-        self._rescan_at = float("-inf")  # the first claim scans from the fronts
-        self._rescan_issued: float | None = None  # when the pending rescan claim was issued
-        self._generation = 0
-        self.rescans = 0
-        self.last_rescan_seconds = 0.0
-        self.rescan_interval = RESCAN_EVERY
+        self._cursor: list[Key | None] = [None] * LANES
+        self._pending: list[Key | None] = [None] * LANES  # where a rewound lane's scan starts
+        self._rewind_out = False  # a claim carrying rewinds is out: the next ones do not rewind
+        self._generation = 0  # moves on whenever a cursor moves back
+        self.rewinds = 0
 
-    def params(self, now: float, may_rescan: bool = True) -> dict[str, Any]:
-        """claim_jobs' cursor parameters for a claim issued at monotonic time ``now``.
+    def params(self) -> dict[str, Any]:
+        """claim_jobs' cursor parameters for the next claim.
 
-        When a rescan is due and this claim may do it, this claim scans every lane from its front;
-        claims issued meanwhile keep using the cursors. The returned ``lanes_generation`` and
-        ``lanes_rescan`` (ignored by the SQL) are what ``advance`` needs back with the rows.
+        When the look-behind found jobs behind some cursors and no rewinding claim is out, this
+        claim starts those lanes just before them. ``lanes_generation`` and ``lanes_rewound`` (the
+        SQL ignores them) are what ``advance`` or ``claim_failed`` need back.
         """
-        rescan = may_rescan and self._rescan_issued is None and now >= self._rescan_at
-        if rescan:
-            self._rescan_issued = now
-            self.rescans += 1
-        cursors = [None] * LANES if rescan else self._cursor
+        rewound: list[bool] = [False] * LANES
+        starts = list(self._cursor)
+        if not self._rewind_out and any(p is not None for p in self._pending):
+            for lane, start in enumerate(self._pending):
+                if start is not None:
+                    starts[lane], rewound[lane] = start, True
+            self._pending = [None] * LANES
+            self._rewind_out = True
+            self.rewinds += 1
         return {
-            "after_run_at": [None if c is None else c[0] for c in cursors],
-            "after_id": [None if c is None else c[1] for c in cursors],
+            "after_run_at": [None if c is None else c[0] for c in starts],
+            "after_id": [None if c is None else c[1] for c in starts],
             "lanes_generation": self._generation,
-            "lanes_rescan": rescan,
+            "lanes_rewound": rewound,
         }
 
-    def rescan_failed(self, now: float) -> None:
-        """The rescan claim raised: the next claim may rescan again."""
-        self._rescan_issued = None
-        self._rescan_at = now
+    def looking(self) -> list[tuple[int, Key]]:
+        """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
+        return [(lane + 1, key) for lane, key in enumerate(self._cursor) if key is not None]
 
-    def advance(self, rows: Sequence[Sequence[Any]], params: dict[str, Any], now: float) -> float | None:
+    def found_behind(self, priority: int, key: Key) -> bool:
+        """The look-behind saw ``key`` as the first due, available job behind this lane's cursor:
+        the next claim starts the lane just before it. False when the cursor has moved back past
+        it meanwhile (the claims reach it anyway)."""
+        lane = priority - 1
+        cursor = self._cursor[lane]
+        if cursor is None or key >= cursor:
+            return False
+        start = (key[0], key[1] - 1)  # claim_jobs takes (run_at, id) > start: the job found and on
+        pending = self._pending[lane]
+        self._pending[lane] = start if pending is None else min(pending, start)
+        return True
+
+    def claim_failed(self, params: dict[str, Any]) -> None:
+        """The claim issued with ``params`` did not run (or raised): its rewinds are pending again."""
+        if not any(params["lanes_rewound"]):
+            return
+        self._rewind_out = False
+        for lane, rewound in enumerate(params["lanes_rewound"]):
+            if rewound:
+                start = (params["after_run_at"][lane], params["after_id"][lane])
+                pending = self._pending[lane]
+                self._pending[lane] = start if pending is None else min(pending, start)
+
+    def advance(self, rows: Sequence[Sequence[Any]], params: dict[str, Any]) -> None:
         """Move each lane's cursor past the rows a claim issued with ``params`` returned.
 
         ``rows`` are claim_jobs rows (id at index 0, priority at 7, run_at at 9), in lane order.
-        An ordinary claim moves each lane's cursor to the last (run_at, id) it claimed there.
-        A rescan that found jobs behind a lane's cursor, and may have left more there (it filled
-        its limit), moves that cursor back to the last of them, and the cursors of the lanes it
-        did not reach (the lanes before filled it) back to their fronts, so the next claims take
-        what is left behind in order; that is a new generation, and a claim issued before it does not move the
-        cursors (its rows lie after the old cursors: moving there would step over what is left
-        behind). Returns the rescan's duration when ``params`` was the rescan, None otherwise.
+        An ordinary claim moves each lane's cursor forward to the last (run_at, id) it claimed
+        there. A rewinding claim moves a rewound lane's cursor back: to the last job it claimed
+        there when it filled its limit in that lane (more may lie behind the old cursor), or to
+        the lane's start when the lanes before filled the claim (it never reached the lane). A
+        move back starts a new generation: a claim issued before it does not move the cursors
+        (its rows lie after the old cursors; moving there would step over what is left behind).
         """
+        rewound: list[bool] = params["lanes_rewound"]
+        if any(rewound):
+            self._rewind_out = False
         if params["lanes_generation"] != self._generation:
-            return None
-        last: list[tuple[datetime, int] | None] = [None] * LANES
+            return
+        last: list[Key | None] = [None] * LANES
         counts = [0] * LANES
         for row in rows:
             lane = int(row[7]) - 1
-            claimed: tuple[datetime, int] = (row[9], int(row[0]))
+            claimed: Key = (row[9], int(row[0]))
             counts[lane] += 1
             previous = last[lane]
             if previous is None or claimed > previous:
                 last[lane] = claimed
-        took = None
-        rewound = False
-        if params["lanes_rescan"]:
-            took = max(now - (self._rescan_issued or now), 0.0)
-            self.last_rescan_seconds = took
-            self.rescan_interval = max(RESCAN_EVERY, RESCAN_COST_FACTOR * took)
-            self._rescan_at = now + self.rescan_interval
-            self._rescan_issued = None
-            remaining = int(params["limit"])
-            for lane in range(LANES):
-                key, current = last[lane], self._cursor[lane]
-                if remaining == 0:
-                    # The lanes before filled the claim: this one was not scanned, and what lies
-                    # behind its cursor is found by the next claims that reach it from its front.
-                    if current is not None:
-                        self._cursor[lane] = None
-                        rewound = True
-                    continue
-                exhausted = counts[lane] < remaining  # nothing more in this lane for this claim
-                remaining -= counts[lane]
-                if key is not None and current is not None and key < current and not exhausted:
-                    self._cursor[lane] = key  # more may be behind: the next claims take them in order
-                    rewound = True
-            if rewound:
-                self._generation += 1
+        moved_back = False
+        remaining = int(params["limit"])
+        for lane in range(LANES):
+            if rewound[lane]:
+                current = self._cursor[lane]
+                back: Key | None = None
+                if remaining == 0:  # the lanes before filled the claim: start here next time
+                    back = (params["after_run_at"][lane], params["after_id"][lane])
+                elif counts[lane] == remaining:  # filled in this lane: more may lie behind
+                    back = last[lane]
+                # else the lane ran out of due jobs from its start on: nothing is left behind
+                if back is not None and (current is None or back < current):
+                    self._cursor[lane] = back
+                    moved_back = True
+            remaining = max(remaining - counts[lane], 0)
+        if moved_back:
+            self._generation += 1
         for lane in range(LANES):
             key, current = last[lane], self._cursor[lane]
             if key is not None and (current is None or key > current):
                 self._cursor[lane] = key
-        return took
 
-    def cursor(self, priority: int) -> tuple[datetime, int] | None:
+    def cursor(self, priority: int) -> Key | None:
         return self._cursor[priority - 1]
+
+    def cursors(self) -> list[Key | None]:
+        """Every lane's cursor, lane 1 first (None: the lane's front)."""
+        return list(self._cursor)

@@ -48,6 +48,7 @@ from awa_django.worker.context import ClaimedJob, JobContext
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect, make_pool, retrying
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
+from awa_django.worker.lookbehind import LookBehind
 from awa_django.worker.maintenance import Maintenance
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Worker:
         self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
         self.completer = Completer(self.pool, hand_over=self)
         self.maintenance = Maintenance(self)
+        self.look_behind = LookBehind(self)
         self.cluster = ClusterMember(self) if config.capacity_scope == "cluster" else None
         self.stopping = False
         self.forced = False
@@ -275,7 +277,7 @@ class Worker:
         unfilled = permits[len(rows) :]
         release_all(unfilled)
         if dispatcher is not None:
-            dispatcher.claimed(rows)
+            dispatcher.claimed(rows, ran=ran_dry)
             dispatcher.claimed_total += len(rows)
             if unfilled:
                 if dispatcher.bucket is not None:
@@ -311,6 +313,7 @@ class Worker:
             self._spawn("awa-heartbeat", self._heartbeat())
             self._spawn("awa-maintenance", self.maintenance.run())
             self._spawn("awa-backlog", self._backlog_probe())
+            self._spawn("awa-look-behind", self.look_behind.run())
             if self.cluster is not None:
                 self._spawn("awa-capacity", self.cluster.run())
             self._spawn("awa-snapshot", self._snapshots())
@@ -587,7 +590,7 @@ class Worker:
                 continue
             try:
                 async with self.pool.connection() as conn:
-                    cursor = await conn.execute(statements["find_ready_queues"], {"queues": candidates})
+                    cursor = await conn.execute(statements["find_ready_queues"], self._ready_params(candidates))
                     ready = {row[0] for row in await cursor.fetchall()}
             except TRANSIENT_ERRORS as exc:
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
@@ -608,6 +611,17 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._probe_now.wait(), self.config.poll_interval)
             self._probe_now.clear()
+
+    def _ready_params(self, queues: list[str]) -> dict[str, list[Any]]:
+        """find_ready_queues' parameters: every lane of each queue, from its dispatcher's cursor."""
+        params: dict[str, list[Any]] = {"queues": [], "lanes": [], "after_run_at": [], "after_id": []}
+        for name in queues:
+            for priority, key in enumerate(self.dispatchers[name].lanes.cursors(), start=1):
+                params["queues"].append(name)
+                params["lanes"].append(priority)
+                params["after_run_at"].append(None if key is None else key[0])
+                params["after_id"].append(None if key is None else key[1])
+        return params
 
     async def _heartbeat(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""

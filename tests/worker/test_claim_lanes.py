@@ -2,9 +2,10 @@
 
 Jobs become available ahead of and behind the cursors (inserts with past run_at, promotion of
 due scheduled jobs, retries, priority aging); claims run with the cursors LaneCursors hands out,
-on a clock the test moves. Every claim must return exactly the first ``limit`` rows in (priority,
-run_at, id) order among the due, available rows ahead of the cursors it was given (a rescan:
-among all of them, the order the claim had before cursors), and in the end every job is claimed
+and the look-behind (find_jobs_behind, whose findings rewind lanes) runs when the history says.
+Every claim must return exactly the first ``limit`` rows in (priority, run_at, id) order among the
+due, available rows ahead of the cursors it was given; after a look, nothing that was available
+then stays behind the cursors of the claims that follow; and in the end every job is claimed
 exactly once.
 """
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from awa_django.models import Job
 from awa_django.sql import statements
-from awa_django.worker.lanes import RESCAN_EVERY, LaneCursors
+from awa_django.worker.lanes import LaneCursors
 
 QUEUE = "lanes"
 
@@ -34,7 +35,7 @@ operations = st.lists(
         st.tuples(st.just("retry"), st.integers(min_value=1, max_value=5)),
         st.tuples(st.just("age")),
         st.tuples(st.just("claim"), st.integers(min_value=1, max_value=6)),
-        st.tuples(st.just("tick")),
+        st.tuples(st.just("look")),
     ),
     min_size=4,
     max_size=40,
@@ -78,29 +79,41 @@ def expected(params: dict[str, Any]) -> list[int]:
 class History:
     def __init__(self) -> None:
         self.lanes = LaneCursors()
-        self.now = 0.0
         self.claims: list[int] = []
         self.running: list[tuple[int, int]] = []  # (id, run_lease) claimed and not yet finalised
-        self.since_rescan: set[int] = set()  # made available since the last rescan was issued
+        self.since_look: set[int] = set()  # made available since the last look-behind
 
     def made_available(self, ids: list[int]) -> None:
-        self.since_rescan.update(ids)
+        self.since_look.update(ids)
+
+    def look(self) -> None:
+        """The look-behind, as worker/lookbehind.py runs it, for this one queue."""
+        looking = self.lanes.looking()
+        rows = run(
+            "find_jobs_behind",
+            {
+                "queues": [QUEUE] * len(looking),
+                "lanes": [priority for priority, _ in looking],
+                "before_run_at": [key[0] for _, key in looking],
+                "before_id": [key[1] for _, key in looking],
+            },
+        )
+        for _, priority, run_at, job_id in rows:
+            self.lanes.found_behind(priority, (run_at, job_id))
+        self.since_look.clear()
 
     def claim(self, limit: int) -> list[int]:
-        params = {"queue": QUEUE, "limit": limit, "deadline": None, **self.lanes.params(self.now)}
-        if params["lanes_rescan"]:
-            self.since_rescan.clear()
-        else:
-            # Only a job made available since the last rescan may wait behind a cursor: whatever a
-            # rescan saw behind is ahead of the cursors it left (moved back where needed).
-            behind = set(available_ids()) - set(ahead_ids(params))
-            assert behind <= self.since_rescan, f"left behind the cursors {params}: {behind - self.since_rescan}"
+        params = {"queue": QUEUE, "limit": limit, "deadline": None, **self.lanes.params()}
+        # Only a job made available since the last look may wait behind a cursor: whatever a look
+        # saw behind is ahead of the cursors the claims after it use (rewound where needed).
+        behind = set(available_ids()) - set(ahead_ids(params))
+        assert behind <= self.since_look, f"left behind the cursors {params}: {behind - self.since_look}"
         want = expected(params)
         rows = run("claim_jobs", params)
         got = [row[0] for row in rows]
         # The set matters (RETURNING's order is the join's, not the claim order).
         assert sorted(got) == sorted(want), f"claim with {params} returned {got}, expected {want}"
-        self.lanes.advance(rows, params, self.now)
+        self.lanes.advance(rows, params)
         self.claims.extend(got)
         self.running.extend((row[0], row[6]) for row in rows)
         return got
@@ -114,16 +127,16 @@ def enqueue(priority: int, age: int, n: int = 1) -> list[int]:
 @pytest.mark.django_db(transaction=True)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=operations)
-# Behind the cursor: three older jobs; the rescan takes two, the third must follow in order.
-@example(history=[("insert", 2, 0, 2), ("claim", 1), ("insert", 2, 60, 3), ("tick",), ("claim", 2), ("claim", 1)])
-# A rescan filled by lane 1 leaves lane 3's older job to the claims that reach lane 3 next.
+# Behind the cursor: three older jobs; the rewinding claim takes two, the third must follow in order.
+@example(history=[("insert", 2, 0, 2), ("claim", 1), ("insert", 2, 60, 3), ("look",), ("claim", 2), ("claim", 1)])
+# A rewinding claim filled by lane 1 leaves lane 3's older job to the claims that reach lane 3 next.
 @example(
     history=[
         ("insert", 3, 0, 1),
         ("claim", 1),
         ("insert", 3, 60, 1),
         ("insert", 1, 0, 2),
-        ("tick",),
+        ("look",),
         ("claim", 2),
         ("claim", 1),
     ]
@@ -165,10 +178,10 @@ def test_claim__with_lane_cursors__claims_in_order_ahead_and_nothing_left_behind
         elif op[0] == "claim":
             h.claim(op[1])
         else:
-            h.now += RESCAN_EVERY
-    # Drain: after every rescan that comes back empty nothing is left behind any cursor.
+            h.look()
+    # Drain: look, then claim, until nothing is available.
     for _ in range(500):
-        h.now += RESCAN_EVERY
+        h.look()
         if not h.claim(6) and not Job.objects.filter(state="available", queue=QUEUE).exists():
             break
     attempts = dict(Job.objects.filter(queue=QUEUE).values_list("id", "attempt"))
