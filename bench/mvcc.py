@@ -5,7 +5,8 @@ and completions leave behind, and an index scan that starts at the front of the 
 over every one of them. This script measures that, one ``awa_worker`` subprocess at a time:
 
     python bench/mvcc.py drain --sizes 30000,100000 --reps 2
-    python bench/mvcc.py steady --seconds 600 --rate 2500
+    python bench/mvcc.py steady --seconds 600 --rate 2500 --producers 4 --batch 10
+    python bench/mvcc.py sizes --jobs 1000000
 
 ``drain`` enqueues N noop jobs (COPY), then runs one worker until all are done, once without
 and once with a second connection holding ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT
@@ -13,9 +14,15 @@ count(*) FROM awa_job`` for the whole drain; the two runs alternate, back to bac
 survives a machine shared with other work. The rate is N over the database's own span from the
 first claim to the last completion (no process start-up in it).
 
-``steady`` holds the old snapshot throughout and enqueues at a fixed rate (one job per
-transaction, like an application) while one worker runs; it prints pickup p50/p99 (claim time
-minus run_at) per minute, and the last minute's p99 over the first's.
+``steady`` holds the old snapshot throughout and enqueues at a fixed rate (``--producers``
+threads, ``--batch`` jobs per transaction; one job per transaction is what an application does,
+but one Python thread reaches about 1,000 /s) while one worker runs; it prints pickup p50/p99
+(claim time minus run_at) per window, and the last window's p99 over the second's (the first
+holds the worker's start-up).
+
+``sizes`` processes ``--jobs`` jobs (default 1,000,000) in chunks with no snapshot held, sweeping
+finished jobs after each chunk with the retention statement, and prints the table and index sizes:
+they must stay bounded (autovacuum reclaims the space for the next chunk).
 
 The database is ``awa_bench_mvcc`` on the embedded server (or DATABASE_URL's server); each run
 starts from an emptied, vacuumed ``awa_job``.
@@ -111,7 +118,7 @@ class OldSnapshot:
 
 def start_worker() -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), AWA_DB_NAME=DB_NAME)
-    log = open(WORKER_LOG, "ab")  # noqa: SIM115 - the worker process writes it until it ends
+    log = open(WORKER_LOG, "ab")  # the worker process writes it until it ends
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", QUEUE],
         env=env,
@@ -196,6 +203,8 @@ def drain(args: argparse.Namespace) -> None:
 
 
 def steady(args: argparse.Namespace) -> None:
+    from django.db import connection
+
     from awa_django.models import Job
 
     reset()
@@ -203,21 +212,31 @@ def steady(args: argparse.Namespace) -> None:
     worker = start_worker()
     stop = threading.Event()
     started = time.monotonic()
+    per_producer = args.rate / args.producers
 
     def produce() -> None:
-        interval = 1.0 / args.rate
+        # Each producer thread has its own Django connection; one transaction per `batch` jobs.
+        interval = args.batch / per_producer
         nxt = time.monotonic()
-        while not stop.is_set() and time.monotonic() - started < args.seconds:
-            Job.objects.enqueue("noop", {}, queue=QUEUE)
-            nxt += interval
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+        try:
+            while not stop.is_set() and time.monotonic() - started < args.seconds:
+                if args.batch == 1:
+                    Job.objects.enqueue("noop", {}, queue=QUEUE)
+                else:
+                    Job.objects.enqueue_many([{"kind": "noop", "queue": QUEUE} for _ in range(args.batch)])
+                nxt += interval
+                delay = nxt - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        finally:
+            connection.close()
 
-    producer = threading.Thread(target=produce, name="producer")
-    producer.start()
+    producers = [threading.Thread(target=produce, name=f"producer-{i}") for i in range(args.producers)]
+    for producer in producers:
+        producer.start()
     try:
-        producer.join()
+        for producer in producers:
+            producer.join()
         time.sleep(2)  # let the last jobs be claimed; every job is counted below either way
     finally:
         stop.set()
@@ -252,6 +271,46 @@ def steady(args: argparse.Namespace) -> None:
         print(f"last/second window p99 = {full[-1] / full[1]:.2f}")
 
 
+def sizes(args: argparse.Namespace) -> None:
+    """Process ``--jobs`` jobs in chunks with one worker running throughout; after each chunk is
+    done, sweep finished jobs the way the maintenance leader's retention does (the product's
+    statement and batch size, here with a zero retention), then print the table's size."""
+    from awa_django.sql import statements
+    from awa_django.worker.maintenance import BATCH
+
+    reset()
+    worker = start_worker()
+    print("| jobs processed | table | indexes | dead rows (stats) | seconds |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    started = time.monotonic()
+    try:
+        done = 0
+        while done < args.jobs:
+            n = min(args.chunk, args.jobs - done)
+            with connect() as conn:
+                before = updates(conn)
+            enqueue(n)
+            wait_done(n, before, timeout=max(120.0, n / 200))
+            done += n
+            with connect() as conn:
+                while True:
+                    cursor = conn.execute(
+                        statements["delete_finished_jobs"],
+                        {"state": "completed", "older_than": "0 seconds", "limit": BATCH},
+                    )
+                    if cursor.rowcount < BATCH:
+                        break
+                (dead,) = conn.execute(
+                    "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'awa_job'"
+                ).fetchone()
+                table, indexes = conn.execute(
+                    "SELECT pg_size_pretty(pg_table_size('awa_job')), pg_size_pretty(pg_indexes_size('awa_job'))"
+                ).fetchone()
+            print(f"| {done:,} | {table} | {indexes} | {dead:,} | {time.monotonic() - started:.0f} |", flush=True)
+    finally:
+        stop_worker(worker)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,10 +321,17 @@ def main() -> None:
     s.add_argument("--seconds", type=float, default=600.0)
     s.add_argument("--rate", type=float, required=True, help="jobs per second (half the measured drain rate)")
     s.add_argument("--bucket", type=float, default=60.0, help="window length in seconds")
+    s.add_argument("--producers", type=int, default=1, help="producer threads (the rate is split among them)")
+    s.add_argument("--batch", type=int, default=1, help="jobs per enqueue transaction (1: Job.objects.enqueue)")
+    z = sub.add_parser("sizes", help="process --jobs jobs in chunks with retention; table and index sizes")
+    z.add_argument("--jobs", type=int, default=1_000_000)
+    z.add_argument("--chunk", type=int, default=50_000)
     args = parser.parse_args()
     setup()
     if args.command == "drain":
         drain(args)
+    elif args.command == "sizes":
+        sizes(args)
     else:
         steady(args)
 
