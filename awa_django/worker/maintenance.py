@@ -40,6 +40,10 @@ BATCH = 1000
 CLUSTER_PLAN_EVERY = 0.2  # seconds between the leader's rounds while workers are in cluster scope
 RETENTION_EVERY = 60.0  # seconds between retention sweeps
 MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule is due at once
+# The rescue scans the running jobs' heartbeat and deadline indexes from their oldest entries, and
+# under an old snapshot those hold every finished job's dead entry too: it runs at most once a
+# round and at least this many times its own last duration apart (docs/storage.md).
+RESCUE_COST_FACTOR = 20.0
 
 
 class Maintenance:
@@ -48,6 +52,7 @@ class Maintenance:
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
         self._last_retention = -math.inf  # the first round sweeps
+        self._rescue_at = -math.inf  # the first round rescues
         self.rounds = 0
         self.cluster = ClusterLeader(worker)
         self.scheduler = Scheduler()
@@ -112,6 +117,18 @@ class Maintenance:
             return interval
         return max(MIN_SLEEP, min(interval, self._next_fire - time.monotonic()))
 
+    async def _rescue(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+        """One batch of rescue_stale_jobs, unless the last one was expensive and recent."""
+        started = time.monotonic()
+        if started < self._rescue_at:
+            return []
+        staleness = timedelta(seconds=self.worker.config.heartbeat_staleness)
+        cursor = await conn.execute(statements["rescue_stale_jobs"], {"staleness": staleness, "limit": BATCH})
+        rescued = await cursor.fetchall()
+        took = time.monotonic() - started
+        self._rescue_at = started + RESCUE_COST_FACTOR * took
+        return rescued
+
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         """One round of the leader's duties; returns counts of what it did."""
         worker = self.worker
@@ -128,9 +145,7 @@ class Maintenance:
             done["promoted"] += promoted
             if promoted < BATCH:
                 break
-        staleness = timedelta(seconds=worker.config.heartbeat_staleness)
-        cursor = await conn.execute(statements["rescue_stale_jobs"], {"staleness": staleness, "limit": BATCH})
-        rescued = await cursor.fetchall()
+        rescued = await self._rescue(conn)
         if rescued:
             done["rescued"] = len(rescued)
             logger.warning(

@@ -191,3 +191,37 @@ def test_claim__with_lane_cursors__claims_in_order_ahead_and_nothing_left_behind
     for job_id in h.claims:
         counts[job_id] = counts.get(job_id, 0) + 1
     assert counts == attempts
+
+
+def ready(lanes: LaneCursors) -> bool:
+    """find_ready_queues for this one queue, with its lanes' cursors, as the backlog probe asks."""
+    cursors = lanes.cursors()
+    rows = run(
+        "find_ready_queues",
+        {
+            "queues": [QUEUE] * len(cursors),
+            "lanes": list(range(1, len(cursors) + 1)),
+            "after_run_at": [None if key is None else key[0] for key in cursors],
+            "after_id": [None if key is None else key[1] for key in cursors],
+        },
+    )
+    return [row[0] for row in rows] == [QUEUE]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_backlog_probe__sees_jobs_ahead_of_the_cursors__the_look_behind_those_behind() -> None:
+    Job.objects.all().delete()
+    h = History()
+    assert not ready(h.lanes)
+    h.made_available(enqueue(2, 0, 2))
+    assert ready(h.lanes)  # no cursor yet: from the lane's front
+    h.claim(2)
+    assert not ready(h.lanes)
+    (behind,) = enqueue(2, 60)  # a minute-old run_at: behind lane 2's cursor
+    h.made_available([behind])
+    assert not ready(h.lanes)  # not the probe's: it starts past the cursors
+    h.made_available(enqueue(3, 60))  # lane 3 has no cursor: its front
+    assert ready(h.lanes)
+    h.claim(1)
+    h.look()
+    assert h.claim(1) == [behind]
