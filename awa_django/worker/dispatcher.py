@@ -199,6 +199,8 @@ class Dispatcher:
 
     def hand_over_params(self, limit: int) -> dict[str, Any]:
         """claim_params for the writer's hand-over claim; its rows come back through ``claimed``."""
+        if self.hand_over_params_sent is not None:  # never answered: its rewinds must not be lost
+            self.lanes.claim_failed(self.hand_over_params_sent)
         params = self.claim_params(limit)
         self.hand_over_params_sent = params
         return params
