@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -53,6 +54,9 @@ from awa_django.worker.maintenance import Maintenance
 
 logger = logging.getLogger(__name__)
 
+# The snapshot's count of available jobs is taken at most this many times its own last duration
+# apart (it walks the dead index entries an old snapshot keeps; docs/storage.md).
+COUNT_COST_FACTOR = 20.0
 # After a second stop signal the process ends within this many seconds, whatever still holds it
 # (a handler that ignores cancellation, a thread, a connection that does not close).
 FORCED_EXIT_SECONDS = 0.8
@@ -98,6 +102,8 @@ class Worker:
         self.completer = Completer(self.pool, hand_over=self)
         self.maintenance = Maintenance(self)
         self.look_behind = LookBehind(self)
+        self._available_rows: dict[str, int] = {}
+        self._count_at = -math.inf  # the first snapshot counts
         self.cluster = ClusterMember(self) if config.capacity_scope == "cluster" else None
         self.stopping = False
         self.forced = False
@@ -694,10 +700,20 @@ class Worker:
             }
         return queues
 
+    async def _count_available(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        """Available jobs per queue for the snapshot. The count walks the available index, and
+        under an old snapshot every dead entry in it: it is taken again only once
+        COUNT_COST_FACTOR times its last duration has passed (the snapshot shows the last one)."""
+        started = time.monotonic()
+        if started >= self._count_at:
+            cursor = await conn.execute(statements["count_available_jobs"], {"queues": list(self.dispatchers)})
+            self._available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
+            self._count_at = started + COUNT_COST_FACTOR * (time.monotonic() - started)
+        return self._available_rows
+
     async def write_snapshot(self) -> None:
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(statements["count_available_jobs"], {"queues": list(self.dispatchers)})
-            available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
+            available_rows = await self._count_available(conn)
             flags = {
                 "listening": self.listening,
                 "leader": self.maintenance.is_leader,
