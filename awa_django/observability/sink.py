@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 from awa_django.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from awa_django.worker.runtime import Worker
+    from awa_django.worker.supervisor import Worker
 
 # The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
 OUTCOMES = ("completed", "retried", "snoozed", "failed", "cancelled", "lost", "rescued")

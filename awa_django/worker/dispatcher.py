@@ -33,7 +33,7 @@ from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
 
 if TYPE_CHECKING:
     from awa_django.worker.config import QueueConfig
-    from awa_django.worker.runtime import Worker
+    from awa_django.worker.supervisor import Worker
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from awa_django.worker.election import LEADER_LOCK, Election, election_for
 from awa_django.worker.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from awa_django.worker.runtime import Worker
+    from awa_django.worker.supervisor import Worker
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 
 from awa_django.models import Job, WorkerInstance
 from awa_django.sql import JOBS_CHANNEL
-from awa_django.worker.runtime import Worker
+from awa_django.worker.supervisor import Worker
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.support import Spawner, wait_for_row
 
