@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -26,29 +25,31 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
-import psycopg
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, release_all
-from awa_django.exceptions import ConfigurationError
 from awa_django.observability import tracing
 from awa_django.observability.joblog import report_outcome
 from awa_django.observability.sink import MetricsSink, NoopSink, gauge_reader
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
-from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.sql import statements
 from awa_django.worker.capacity import ClusterMember
 from awa_django.worker.completer import WRITE_ERRORS, Completer
 from awa_django.worker.config import QueueConfig, WorkerConfig
-from awa_django.worker.context import ClaimedJob, JobContext
-from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect, make_pool, retrying
+from awa_django.worker.context import ClaimedJob, InFlight, JobContext
+from awa_django.worker.db import make_pool, retrying
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
+from awa_django.worker.health import SnapshotWriter
+from awa_django.worker.heartbeat import Heartbeat
+from awa_django.worker.listener import BacklogProbe, Listener
 from awa_django.worker.maintenance import Maintenance
+from awa_django.worker.reconfigure import Reconfigurer
+from awa_django.worker.snapshot import WorkerFlags, queues_to_json
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,6 @@ FORCED_EXIT_SECONDS = 0.8
 # Cancelled at the shutdown timeout, a handler gets this long to end before its row is handed back.
 # (more than the executor's SYNC_CANCEL_GRACE, so a sync handler returning in that grace is kept).
 HAND_BACK_GRACE = 1.5
-
-
-class ListenerStalledError(Exception):
-    """The LISTEN connection stopped answering its health check (dead or half-open)."""
-
-
-LISTEN_LOST: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ListenerStalledError)
 
 
 class Worker:
@@ -88,7 +82,7 @@ class Worker:
         self.allocator.on_release = self._on_release
         self._wake_scheduled = False
         self.dispatchers: dict[str, Dispatcher] = {}
-        self.in_flight: dict[int, tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
+        self.in_flight: dict[int, InFlight] = {}
         # Sync handlers past their deadline whose thread still runs: the row is written, the slot held.
         self.overrunning: set[int] = set()
         self._owns_process = False  # signal handlers installed: this worker is the process
@@ -97,17 +91,18 @@ class Worker:
         self.completer = Completer(self.pool, hand_over=self)
         self.maintenance = Maintenance(self)
         self.cluster = ClusterMember(self) if config.capacity_scope == "cluster" else None
+        self.probe = BacklogProbe(self)
+        self.listener = Listener(self, self.probe)
+        self.heartbeat = Heartbeat(self)
+        self.snapshots = SnapshotWriter(self)
+        self.reconfigurer = Reconfigurer(self)
         self.stopping = False
         self.forced = False
-        self.listening = False
         self._stop = asyncio.Event()
         self._forced_event = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
-        self._reconfigure_now = asyncio.Event()
-        self._probe_now = asyncio.Event()
-        self._last_refused: str | None = None
         self.failure: BaseException | None = None
         self.metrics.bind(gauge_reader(self))
 
@@ -192,7 +187,9 @@ class Worker:
                 dispatcher.set_rate_share(rates[name])
 
     async def sleep(self, seconds: float) -> None:
-        await self._sleep(seconds)
+        """Sleep, or less if the worker stops meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
 
     def give_back(self, permits: Iterable[Permit]) -> None:
         """Release permits a poll could not use (each release wakes only who may take it)."""
@@ -201,7 +198,7 @@ class Worker:
     def dispatch(self, job: ClaimedJob, permit: Permit) -> None:
         context = JobContext(job)
         task = asyncio.create_task(self._run_job(job, context, permit), name=f"awa-job-{job.id}")
-        self.in_flight[job.id] = (job, context, task)
+        self.in_flight[job.id] = InFlight(job, context, task)
         self.metrics.job_started(job.queue, job.kind, job.waited)
 
     async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
@@ -304,16 +301,16 @@ class Worker:
         )
         try:
             for queue in self.config.queues.values():
-                self._start_dispatcher(queue)
+                self.start_dispatcher(queue)
             self._spawn("awa-completer", self.completer.run())
-            self._spawn("awa-listener", self._listen())
-            self._spawn("awa-heartbeat", self._heartbeat())
+            self._spawn("awa-listener", self.listener.run())
+            self._spawn("awa-heartbeat", self.heartbeat.run())
             self._spawn("awa-maintenance", self.maintenance.run())
-            self._spawn("awa-backlog", self._backlog_probe())
+            self._spawn("awa-backlog", self.probe.run())
             if self.cluster is not None:
                 self._spawn("awa-capacity", self.cluster.run())
-            self._spawn("awa-snapshot", self._snapshots())
-            self._spawn("awa-reconfigure", self._reconfigure_loop())
+            self._spawn("awa-snapshot", self.snapshots.run())
+            self._spawn("awa-reconfigure", self.reconfigurer.run())
             self.ready.set()
             await self._stop.wait()
             if not self.forced:
@@ -342,10 +339,11 @@ class Worker:
         self.failure = exc or RuntimeError(f"side task {task.get_name()} ended unexpectedly")
         self.request_stop()
 
-    def _start_dispatcher(self, queue: QueueConfig) -> None:
+    def start_dispatcher(self, queue: QueueConfig) -> Dispatcher:
         dispatcher = Dispatcher(self, queue)
         self.dispatchers[queue.name] = dispatcher
         self._spawn(f"awa-dispatch-{queue.name}", dispatcher.run())
+        return dispatcher
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -368,13 +366,13 @@ class Worker:
         # hand its permits to newly claimed jobs, and those must be waited for (or handed back) too.
         deadline = time.monotonic() + self.config.shutdown_timeout
         while True:
-            jobs = [task for _, _, task in self.in_flight.values() if not task.done()]
+            jobs = [entry.task for entry in self.in_flight.values() if not entry.task.done()]
             left = deadline - time.monotonic()
             if not jobs or left <= 0:
                 break
             if not await self._unless_forced(asyncio.wait(jobs, timeout=left)):
                 return
-        if any(not task.done() for _, _, task in self.in_flight.values()):
+        if any(not entry.task.done() for entry in self.in_flight.values()):
             await self._hand_back()
         # The last results: bounded too, a database that stays away must not hold the stop forever.
         flush = max(self.config.shutdown_timeout, 5.0)
@@ -409,19 +407,15 @@ class Worker:
         that returns meanwhile (an async handler that finishes on cancellation, a sync handler
         whose thread returned as the stop came) is written with its real outcome too.
         """
-        left = [
-            (job, context, task)
-            for job, context, task in self.in_flight.values()
-            if not task.done() and not context.finishing
-        ]
+        left = [entry for entry in self.in_flight.values() if not entry.task.done() and not entry.context.finishing]
         if not left:
             return
-        for _, context, task in left:
-            context.cancel()
-            task.cancel()
-        if not await self._unless_forced(asyncio.wait([task for _, _, task in left], timeout=HAND_BACK_GRACE)):
+        for entry in left:
+            entry.context.cancel()
+            entry.task.cancel()
+        if not await self._unless_forced(asyncio.wait([entry.task for entry in left], timeout=HAND_BACK_GRACE)):
             return
-        left = [(job, context, task) for job, context, task in left if not context.finishing]
+        left = [entry for entry in left if not entry.context.finishing]
         if not left:
             return
         logger.warning(
@@ -430,8 +424,8 @@ class Worker:
             len(left),
         )
         params = {
-            "ids": [job.id for job, _, _ in left],
-            "leases": [job.run_lease for job, _, _ in left],
+            "ids": [entry.job.id for entry in left],
+            "leases": [entry.job.run_lease for entry in left],
             "reason": f"worker stopped: the job was still running after the {self.config.shutdown_timeout}s "
             "shutdown timeout; handed back to run again",
         }
@@ -448,9 +442,9 @@ class Worker:
     async def _close(self) -> None:
         self.stopping = True
         if self.forced:
-            for _, context, task in list(self.in_flight.values()):
-                context.cancel()
-                task.cancel()
+            for entry in list(self.in_flight.values()):
+                entry.context.cancel()
+                entry.task.cancel()
         for task in self._tasks.values():
             task.cancel()
         # Each step bounded: a task that ignores cancellation or a connection that hangs must not
@@ -477,294 +471,38 @@ class Worker:
             self.completer.lost,
         )
 
-    # --- side loops ------------------------------------------------------------------
+    # --- what the side loops read (each meets the worker through its own Protocol) ---------
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
 
-    def listen_check_interval(self) -> float:
-        """How often the LISTEN connection proves it works (a self-NOTIFY round trip); a check
-        not answered within one interval means the connection is dead or half-open."""
-        return max(0.2, min(self.config.heartbeat_interval, 5.0))
+    @property
+    def listening(self) -> bool:
+        """The LISTEN connection is up and answers its health check."""
+        return self.listener.listening
 
-    async def _listen(self) -> None:
-        """LISTEN for wake-ups; on any connection loss reconnect with backoff and wake everyone.
+    @property
+    def is_leader(self) -> bool:
+        return self.maintenance.is_leader
 
-        A connection can die without a word (a half-open TCP connection, a stopped backend): then
-        no error ever comes, only silence. So the connection NOTIFYs itself every check interval and
-        must hear the echo before the next check; ``listening`` is true only while it does."""
-        if not self.config.listen:
-            logger.warning(
-                "LISTEN is off (AWA['LISTEN']=False, or AWA['POOLER']='transaction' without "
-                "AWA['LISTEN_DATABASE_URL']): probing for jobs every %.2fs",
-                self.config.poll_interval,
-            )
-            return
-        backoff = Backoff()
-        while not self.stopping:
-            try:
-                conn = await connect(self.config.database_alias, purpose="listen")
-            except TRANSIENT_ERRORS as exc:
-                delay = backoff.next()
-                logger.warning("LISTEN connection failed, retrying in %.2fs error=%r", delay, exc)
-                await self._sleep(delay)
-                continue
-            try:
-                async with conn:
-                    try:
-                        for channel in (JOBS_CHANNEL, QUEUES_CHANNEL, CANCEL_CHANNEL, LISTEN_PING_CHANNEL):
-                            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                    except psycopg.errors.FeatureNotSupported as exc:
-                        logger.warning(
-                            "LISTEN is not available (%s): polling every %.2fs",
-                            exc,
-                            self.config.poll_interval,
-                        )
-                        return
-                    self.listening = True
-                    backoff.reset()
-                    self._probe_now.set()  # we may have missed notifications: look at every queue
-                    await self._receive(conn)
-            except LISTEN_LOST as exc:
-                self.listening = False
-                delay = backoff.next()
-                logger.warning("LISTEN connection lost, reconnecting in %.2fs error=%r", delay, exc)
-                await self._sleep(delay)
-            finally:
-                self.listening = False
+    def reconfigure_soon(self) -> None:
+        self.reconfigurer.soon()
 
-    async def _receive(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Handle notifications; every interval, check the previous self-NOTIFY came back and send
-        the next one. Raises ListenerStalledError when the connection stopped answering."""
-        interval = self.listen_check_interval()
-        waiting_for: str | None = None
-        while not self.stopping:
-            async for notify in conn.notifies(timeout=interval):
-                if notify.channel == LISTEN_PING_CHANNEL:
-                    if notify.payload == waiting_for:
-                        waiting_for = None
-                    continue
-                self._on_notify(notify.channel, notify.payload)
-            if waiting_for is not None:
-                raise ListenerStalledError(f"the LISTEN connection's self-NOTIFY did not come back within {interval}s")
-            waiting_for = uuid.uuid4().hex
-            ping = {"channel": LISTEN_PING_CHANNEL, "token": waiting_for}
-            try:
-                await asyncio.wait_for(conn.execute(statements["notify_listener_ping"], ping), interval)
-            except TimeoutError:
-                raise ListenerStalledError(
-                    f"the LISTEN connection did not answer its health check within {interval}s"
-                ) from None
+    def flags(self) -> WorkerFlags:
+        return WorkerFlags(
+            listening=self.listening,
+            leader=self.is_leader,
+            stopping=self.stopping,
+            in_flight=len(self.in_flight),
+            sync_running=self.executor.sync_running,
+            capacity_scope=self.config.capacity_scope,
+            sync_overrunning=len(self.overrunning),
+            cluster_caps=self.cluster.caps if self.cluster is not None else None,
+            cluster_leased=self.cluster.leased if self.cluster is not None else None,
+        )
 
-    def _on_notify(self, channel: str, payload: str) -> None:
-        logger.debug("notified channel=%s payload=%s", channel, payload)
-        if channel == JOBS_CHANNEL:
-            dispatcher = self.dispatchers.get(payload)
-            if dispatcher is not None:
-                dispatcher.nudge()
-        elif channel == QUEUES_CHANNEL:
-            self._reconfigure_now.set()
-        elif channel == CANCEL_CHANNEL:
-            with contextlib.suppress(ValueError):
-                entry = self.in_flight.get(int(payload))
-                if entry is not None:
-                    logger.info("job cancelled while running job_id=%s; telling its handler", payload)
-                    entry[1].cancel()
-
-    async def _backlog_probe(self) -> None:
-        """The backstop to NOTIFY, one query per poll interval for every queue together: nudge
-        the idle dispatchers whose queue has due jobs (a missed or absent NOTIFY, a promoted
-        scheduled job), and stand down those believed hungry whose queue has none (another
-        worker took the jobs a NOTIFY announced), so neither waits nor contends by mistake. The
-        first probe runs at once: it is how the dispatchers learn of jobs waiting at start."""
-        while not self.stopping:
-            nudges = {name: d.nudges for name, d in self.dispatchers.items() if not d.config.paused and not d.polling}
-            candidates = list(nudges)
-            if not candidates:
-                await self._sleep(self.config.poll_interval)
-                continue
-            try:
-                async with self.pool.connection() as conn:
-                    cursor = await conn.execute(statements["find_ready_queues"], {"queues": candidates})
-                    ready = {row[0] for row in await cursor.fetchall()}
-            except TRANSIENT_ERRORS as exc:
-                logger.warning("backlog probe failed: %r; retrying next interval", exc)
-                await self._sleep(self.config.poll_interval)
-                continue
-            for name in candidates:
-                dispatcher = self.dispatchers.get(name)
-                if dispatcher is None or dispatcher.polling or dispatcher.nudges != nudges[name]:
-                    continue  # it looked, or was told of new jobs, after the query: it knows better
-                if name in ready:
-                    if not dispatcher.hungry:
-                        logger.debug("backlog probe wakes queue=%s", name)
-                        dispatcher.nudge()
-                elif dispatcher.hungry and self.allocator.serves(name) and self.allocator.in_flight(name) == 0:
-                    dispatcher.hungry = False
-                    dispatcher.stand_down()
-            self.wake_waiting()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._probe_now.wait(), self.config.poll_interval)
-            self._probe_now.clear()
-
-    async def _heartbeat(self) -> None:
-        """Batched heartbeats (with progress) for every in-flight attempt."""
-        while not self.stopping:
-            await self._sleep(self.config.heartbeat_interval)
-            # Attempts already finishing are being written; in id order, like the completer's
-            # batches, so two batch updates of the same rows cannot deadlock.
-            entries = sorted(
-                (entry for entry in self.in_flight.values() if not entry[1].finishing), key=lambda e: e[0].id
-            )
-            if not entries:
-                continue
-            ids = [job.id for job, _, _ in entries]
-            leases = [job.run_lease for job, _, _ in entries]
-            progress = [c.progress_json for _, c, _ in entries]
-
-            async def beat(
-                ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
-            ) -> set[int]:
-                async with self.pool.connection() as conn:
-                    cursor = await conn.execute(
-                        statements["heartbeat_jobs"], {"ids": ids, "leases": leases, "progress": progress}
-                    )
-                    return {row[0] for row in await cursor.fetchall()}
-
-            try:
-                alive = await beat()
-            except TRANSIENT_ERRORS as exc:
-                logger.warning("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), exc)
-                continue
-            except WRITE_ERRORS as exc:
-                # Progress is checked when it is set, so this should not happen; if it does, the
-                # attempts must still prove they are alive: beat again without the progress.
-                logger.error("heartbeat refused for %d job(s) error=%r; beating again without progress", len(ids), exc)
-                try:
-                    alive = await beat(progress=[None] * len(ids))
-                except WRITE_ERRORS as again:
-                    logger.error("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), again)
-                    continue
-            for job, context, _ in entries:
-                if job.id not in alive and not context.finishing:
-                    logger.warning(
-                        "job no longer held by this worker job_id=%s run_lease=%s (rescued or cancelled); "
-                        "telling its handler to stop",
-                        job.id,
-                        job.run_lease,
-                    )
-                    context.cancel()
-
-    async def _snapshots(self) -> None:
-        interval = min(self.config.heartbeat_interval, 5.0)
-        while not self.stopping:
-            try:
-                await self.write_snapshot()
-            except WRITE_ERRORS as exc:
-                logger.warning("snapshot write failed: %r", exc)
-            await self._sleep(interval)
-
-    def health(self, available_rows: dict[str, int] | None = None) -> dict[str, Any]:
-        """Per queue: mode, capacity (HardReserved / Weighted), in-flight and available permits."""
-        queues: dict[str, Any] = {}
-        snapshot = self.allocator.snapshot()
-        for name, entry in snapshot.items():
-            capacity = self.allocator.capacity(name)
-            queues[name] = {
-                **entry,
-                "capacity": {"type": type(capacity).__name__, **capacity.__dict__},
-                "paused": self.dispatchers[name].config.paused if name in self.dispatchers else False,
-                "jobs_available": (available_rows or {}).get(name),
-            }
-        return queues
-
-    async def write_snapshot(self) -> None:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(statements["count_available_jobs"], {"queues": list(self.dispatchers)})
-            available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
-            flags = {
-                "listening": self.listening,
-                "leader": self.maintenance.is_leader,
-                "stopping": self.stopping,
-                "in_flight": len(self.in_flight),
-                "sync_running": self.executor.sync_running,
-                "capacity_scope": self.config.capacity_scope,
-                # sync handlers past their deadline whose threads still run, each holding its slot
-                "sync_overrunning": len(self.overrunning),
-            }
-            if self.cluster is not None:
-                flags["cluster_caps"] = self.cluster.caps
-                flags["cluster_leased"] = self.cluster.leased
-            await conn.execute(
-                statements["upsert_worker_instance"],
-                {
-                    "instance_id": self.instance_id,
-                    "hostname": self.hostname,
-                    "pid": self.pid,
-                    "started_at": self.started_at,
-                    "mode": self.allocator.mode,
-                    "global_max_workers": self.config.global_max_workers,
-                    "queues": json.dumps(self.health(available_rows)),
-                    "flags": json.dumps(flags),
-                },
-            )
-
-    # --- live reconfiguration ------------------------------------------------------------
-
-    async def _reconfigure_loop(self) -> None:
-        """Re-read Queue rows on NOTIFY (a save in the admin) and every few seconds as a fallback."""
-        while not self.stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reconfigure_now.wait(), self.config.reconfigure_interval)
-            self._reconfigure_now.clear()
-            if self.stopping:
-                return
-            try:
-                await self.reload_queues()
-            except TRANSIENT_ERRORS as exc:
-                logger.warning("could not re-read queue settings: %r", exc)
-
-    async def reload_queues(self) -> bool:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(statements["read_queues"])
-            names = [d.name for d in cursor.description or []]
-            rows = {r[0]: QueueConfig.from_row(dict(zip(names, r, strict=True))) for r in await cursor.fetchall()}
-        return self.apply_queue_rows(rows)
-
-    def apply_queue_rows(self, rows: dict[str, QueueConfig]) -> bool:
-        """Apply new Queue settings if they pass the rules; otherwise keep the last good ones."""
-        current = self.config.queues
-        names = list(current) if self.config.fixed_queues else list(dict.fromkeys([*current, *rows]))
-        wanted = {name: rows.get(name, current.get(name) or QueueConfig(name)) for name in names}
-        if wanted == current:
-            return False
-        try:
-            self.allocator.reconfigure(self.config.global_max_workers, wanted)
-        except ConfigurationError as exc:
-            if self._last_refused != str(exc):
-                logger.error("refusing new queue settings, keeping the last good ones: %s", exc)
-                self._last_refused = str(exc)
-            return False
-        self._last_refused = None
-        self.config = self.config.with_queues(wanted)
-        for name, queue in wanted.items():
-            if name in self.dispatchers:
-                if self.dispatchers[name].config != queue:
-                    logger.info("queue settings changed queue=%s %s", name, queue)
-                    self.dispatchers[name].apply(queue)
-            elif not self.stopping:
-                logger.info("serving new queue queue=%s", name)
-                self._start_dispatcher(queue)
-                self.dispatchers[name].nudge()
-        self.wake_waiting()  # new weights or floors may let a waiting queue take a permit now
-        return True
-
-    # --- helpers for maintenance ------------------------------------------------------------
-
-    def retention(self) -> dict[str, timedelta]:
-        return {
-            "completed": timedelta(seconds=self.config.completed_retention),
-            "failed": timedelta(seconds=self.config.failed_retention),
-            "cancelled": timedelta(seconds=self.config.failed_retention),
-        }
+    def health(self, available_rows: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Per queue: mode, capacity (HardReserved / Weighted), in-flight and available permits,
+        as the snapshot row holds them (``awa_django.worker.snapshot.QueueSnapshot.to_json``)."""
+        return queues_to_json(self.snapshots.queues(available_rows))
