@@ -31,16 +31,15 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, release_all
-from awa_django.observability import tracing
-from awa_django.observability.joblog import report_outcome
 from awa_django.observability.sink import MetricsSink, NoopSink, gauge_reader
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
 from awa_django.sql import statements
+from awa_django.worker.attempts import Attempts
 from awa_django.worker.capacity import ClusterMember
 from awa_django.worker.completer import WRITE_ERRORS, Completer
 from awa_django.worker.config import QueueConfig, WorkerConfig
-from awa_django.worker.context import ClaimedJob, InFlight, JobContext
+from awa_django.worker.context import ClaimedJob, InFlight
 from awa_django.worker.db import make_pool, retrying
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
@@ -82,13 +81,11 @@ class Worker:
         self.allocator.on_release = self._on_release
         self._wake_scheduled = False
         self.dispatchers: dict[str, Dispatcher] = {}
-        self.in_flight: dict[int, InFlight] = {}
-        # Sync handlers past their deadline whose thread still runs: the row is written, the slot held.
-        self.overrunning: set[int] = set()
         self._owns_process = False  # signal handlers installed: this worker is the process
         self.executor = Executor(self.registry, config.sync_threads)
         self.pool: AsyncConnectionPool = make_pool(config.database_alias, config.pool_size)
         self.completer = Completer(self.pool, hand_over=self)
+        self.attempts = Attempts(self, self.executor, self.completer)
         self.maintenance = Maintenance(self)
         self.cluster = ClusterMember(self) if config.capacity_scope == "cluster" else None
         self.probe = BacklogProbe(self)
@@ -196,53 +193,22 @@ class Worker:
         release_all(permits)
 
     def dispatch(self, job: ClaimedJob, permit: Permit) -> None:
-        context = JobContext(job)
-        task = asyncio.create_task(self._run_job(job, context, permit), name=f"awa-job-{job.id}")
-        self.in_flight[job.id] = InFlight(job, context, task)
-        self.metrics.job_started(job.queue, job.kind, job.waited)
+        """Run a claimed job on its permit (``awa_django.worker.attempts``)."""
+        self.attempts.start(job, permit)
 
-    async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
-        handed_to_writer = False
-        try:
-            deadline = self.dispatchers[job.queue].config.deadline if job.queue in self.dispatchers else None
-            started = time.monotonic()
-            with tracing.attempt_span(job) as span:
-                outcome = await self.executor.execute(job, context, deadline)
-                tracing.end_attempt(span, outcome)
-            ran = time.monotonic() - started
-            context.finishing = True
-            # The writer takes the permit over: it frees the slot once the row is written, or
-            # passes it to the queue's next job in the same round trip. Not so for a sync handler
-            # past its deadline: its row is written now, but its thread still runs, and keeps the
-            # slot until it returns, so no more handlers execute than there are permits.
-            thread = context.running_thread
-            written = self.completer.submit(job, outcome, context.progress_json, permit if thread is None else None)
-            handed_to_writer = thread is None
-            try:
-                stored = await asyncio.shield(written)
-            except asyncio.CancelledError:
-                if not self.forced:  # the row is still being written: keep the task until it is
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await written
-                raise
-            report_outcome(self.metrics, self.registry, job, outcome, ran, stored)
-            if thread is not None:
-                self.in_flight.pop(job.id, None)  # finished as far as the row goes: not drained
-                self.overrunning.add(job.id)
-                logger.warning(
-                    "sync handler past its deadline still running job_id=%s kind=%s deadline=%s; "
-                    "its slot stays taken until its thread returns",
-                    job.id,
-                    job.kind,
-                    deadline,
-                )
-                await asyncio.wait({thread})
-                logger.info("overrunning sync handler returned job_id=%s kind=%s; slot freed", job.id, job.kind)
-        finally:
-            self.in_flight.pop(job.id, None)
-            self.overrunning.discard(job.id)
-            if not handed_to_writer:
-                permit.release()
+    def queue_deadline(self, queue: str) -> float | None:
+        dispatcher = self.dispatchers.get(queue)
+        return dispatcher.config.deadline if dispatcher is not None else None
+
+    @property
+    def in_flight(self) -> dict[int, InFlight]:
+        """The attempts running (or being written), by job id."""
+        return self.attempts.in_flight
+
+    @property
+    def overrunning(self) -> set[int]:
+        """Sync handlers past their deadline whose thread still runs: the row is written, the slot held."""
+        return self.attempts.overrunning
 
     # --- hand-over (the writer passes permits straight to the next jobs) -------------
 
