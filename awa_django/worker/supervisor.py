@@ -1,8 +1,12 @@
 """The supervisor: owns the event loop's tasks, the stop event, and the shutdown order.
 
-Tasks, each named: one dispatcher per queue, the batched writer, the LISTEN loop, the heartbeat
-loop, the maintenance loop (leader only does the work), the snapshot loop and the configuration
-re-read loop. A side task that dies is noticed, logged, and stops the worker with an error.
+Tasks, each named: one dispatcher per queue (``dispatcher``), one per running attempt
+(``attempts``), the batched writer (``completer``), the LISTEN loop and the backlog probe
+(``listener``), the heartbeat loop (``heartbeat``), the maintenance loop (``maintenance``; the
+leader only does the work), in capacity scope "cluster" the capacity loop (``capacity``), the
+snapshot loop (``health``) and the configuration re-read loop (``reconfigure``). Each of those
+modules meets the ``Worker`` through a Protocol of its own; the supervisor only starts, watches
+and stops them. A side task that dies is noticed, logged, and stops the worker with an error.
 
 Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout; cancel
 the handlers still running, and hand back (retryable, due now, guarded by run_lease) only the
