@@ -27,10 +27,12 @@ from django.db.models import CharField, Count, F, Min, QuerySet, Value
 from django.db.models.functions import Greatest, Least, Trunc
 from django.utils import timezone
 
+from awa_django.concurrency import Weighted
 from awa_django.conf import awa_settings
 from awa_django.defaults import MAX_ATTEMPTS_MAX
 from awa_django.models import Job, JobState, Queue, Schedule, ScheduleSource, WorkerInstance
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
+from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError
 
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
 CANCELLABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
@@ -242,6 +244,26 @@ class WorkerCapacity:
     available: int = 0
     paused: bool = False
 
+    @classmethod
+    def from_snapshot(cls, worker: str, snapshot: QueueSnapshot) -> WorkerCapacity:
+        capacity = snapshot.capacity
+        common: dict[str, Any] = {
+            "worker": worker,
+            "mode": snapshot.mode,
+            "type": type(capacity).__name__,
+            "in_flight": snapshot.in_flight,
+            "available": snapshot.available,
+            "paused": snapshot.paused,
+        }
+        if isinstance(capacity, Weighted):
+            return cls(
+                **common,
+                min_workers=capacity.min_workers,
+                weight=capacity.weight,
+                overflow_held=capacity.overflow_held,
+            )
+        return cls(**common, max_workers=capacity.max_workers)
+
     def describe(self) -> str:
         if self.type == "Weighted":
             return f"Weighted(min {self.min_workers}, weight {self.weight}, overflow held {self.overflow_held})"
@@ -361,36 +383,22 @@ def job_counts(queues: Sequence[str] | None = None) -> dict[str, tuple[dict[str,
 
 
 def _capacities(workers: Sequence[WorkerInstance]) -> dict[str, list[WorkerCapacity]]:
+    """{queue: each live worker's capacity for it}, read from the snapshot rows with the schema
+    the worker writes them in (``awa_django.worker.snapshot``). An entry that does not follow it
+    is left out and logged, naming the worker, the queue and what is wrong."""
     by_queue: dict[str, list[WorkerCapacity]] = {}
     for worker in workers:
         entries = worker.queues if isinstance(worker.queues, dict) else {}
         for queue, entry in entries.items():
-            if not isinstance(entry, dict):
-                continue
-            raw = entry.get("capacity")
-            capacity: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            kind = str(capacity.get("type") or ("Weighted" if entry.get("mode") == "weighted" else "HardReserved"))
-            by_queue.setdefault(queue, []).append(
-                WorkerCapacity(
-                    worker=str(worker),
-                    mode=str(entry.get("mode") or worker.mode),
-                    type=kind,
-                    max_workers=_int_or_none(capacity.get("max_workers", entry.get("max_workers"))),
-                    min_workers=_int_or_none(capacity.get("min_workers", entry.get("min_workers"))),
-                    weight=_int_or_none(capacity.get("weight", entry.get("weight"))),
-                    overflow_held=_int_or_none(capacity.get("overflow_held", entry.get("overflow_held"))) or 0,
-                    in_flight=_int_or_none(entry.get("in_flight")) or 0,
-                    available=_int_or_none(entry.get("available")) or 0,
-                    paused=bool(entry.get("paused", False)),
+            try:
+                snapshot = QueueSnapshot.from_json(entry, f"worker {worker} queue {queue!r}")
+            except SnapshotFormatError as exc:
+                logger.warning(
+                    "unreadable worker snapshot entry left out worker=%s queue=%s error=%s", worker, queue, exc
                 )
-            )
+                continue
+            by_queue.setdefault(queue, []).append(WorkerCapacity.from_snapshot(str(worker), snapshot))
     return by_queue
-
-
-def _int_or_none(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value)
 
 
 def queue_stats(

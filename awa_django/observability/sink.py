@@ -18,14 +18,14 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django.utils.module_loading import import_string
 
 from awa_django.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from awa_django.worker.runtime import Worker
+    from awa_django.concurrency import Allocator
 
 # The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
 OUTCOMES = ("completed", "retried", "snoozed", "failed", "cancelled", "lost", "rescued")
@@ -89,7 +89,25 @@ class WorkerGauges:
     queues: tuple[QueueGauges, ...]
 
 
-def worker_gauges(worker: Worker) -> WorkerGauges:
+class GaugeSource(Protocol):
+    """What the gauges are read from: the worker, seen through this narrow door."""
+
+    allocator: Allocator
+    stopping: bool
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def listening(self) -> bool: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The worker's event loop while it runs (the allocator is read there)."""
+        ...
+
+
+def worker_gauges(worker: GaugeSource) -> WorkerGauges:
     """Read a worker's gauges from its allocator (pure reads, no I/O; call on the worker's loop
     or accept a slightly torn view from another thread: every value is one int or float)."""
     allocator = worker.allocator
@@ -112,7 +130,7 @@ def worker_gauges(worker: Worker) -> WorkerGauges:
         )
     return WorkerGauges(
         up=not worker.stopping,
-        leader=worker.maintenance.is_leader,
+        leader=worker.is_leader,
         listening=worker.listening,
         permits_in_use=allocator.total_in_flight,
         permits_total=allocator.global_max_workers,
@@ -120,12 +138,12 @@ def worker_gauges(worker: Worker) -> WorkerGauges:
     )
 
 
-def gauge_reader(worker: Worker, timeout: float = 5.0) -> Callable[[], WorkerGauges]:
+def gauge_reader(worker: GaugeSource, timeout: float = 5.0) -> Callable[[], WorkerGauges]:
     """A reader of the worker's gauges callable from any thread (a scrape runs in the HTTP
     server's thread): the allocator is read on the worker's loop, where it changes."""
 
     def read() -> WorkerGauges:
-        loop = worker._loop
+        loop = worker.loop
         if loop is None or loop.is_closed() or not loop.is_running():
             return worker_gauges(worker)
         try:

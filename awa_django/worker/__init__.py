@@ -13,7 +13,7 @@ from awa_django.worker.context import JobContext
 
 if TYPE_CHECKING:
     from awa_django.worker.config import QueueConfig, WorkerConfig, build_config
-    from awa_django.worker.runtime import Worker
+    from awa_django.worker.supervisor import Worker
 
 __all__ = ["JobContext", "QueueConfig", "Worker", "WorkerConfig", "build_config"]
 
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(config, name)
     if name == "Worker":
-        from awa_django.worker.runtime import Worker
+        from awa_django.worker.supervisor import Worker
 
         return Worker
     raise AttributeError(f"module 'awa_django.worker' has no attribute {name!r}")

@@ -120,3 +120,13 @@ class Outcome:
 
 
 COMPLETED = Outcome("completed")
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """One attempt this worker runs: the claimed row, its handler's context, and the task running
+    it (which ends once the row's final state is written or handed back)."""
+
+    job: ClaimedJob
+    context: JobContext
+    task: asyncio.Task[None]

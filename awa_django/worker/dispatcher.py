@@ -23,24 +23,46 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from awa_django.concurrency import Permit, TokenBucket, release_all
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.sql import statements
+from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
 from awa_django.worker.lanes import LaneCursors
 
-if TYPE_CHECKING:
-    from awa_django.worker.config import QueueConfig
-    from awa_django.worker.runtime import Worker
-
 logger = logging.getLogger(__name__)
 
 
+class DispatchHost(Protocol):
+    """What a dispatcher needs from the worker: the shared allocator and pool, and where claimed
+    jobs and unused permits go."""
+
+    config: WorkerConfig
+    allocator: Allocator
+    pool: AsyncConnectionPool
+    stopping: bool
+
+    def give_back(self, permits: Iterable[Permit]) -> None:
+        """Release permits a poll could not use."""
+        ...
+
+    def dispatch(self, job: ClaimedJob, permit: Permit) -> None:
+        """Run a claimed job on its permit (released once the job's final state is written)."""
+        ...
+
+    def wake_waiting(self) -> None:
+        """Wake the dispatchers a free permit would now be granted to."""
+        ...
+
+
 class Dispatcher:
-    def __init__(self, worker: Worker, config: QueueConfig) -> None:
+    def __init__(self, worker: DispatchHost, config: QueueConfig) -> None:
         self.worker = worker
         self.queue = config.name
         self.config = config
@@ -234,4 +256,4 @@ class Dispatcher:
         return rows
 
 
-__all__ = ["Dispatcher", "Permit", "release_all"]
+__all__ = ["DispatchHost", "Dispatcher", "Permit", "release_all"]

@@ -16,25 +16,25 @@ import contextlib
 import logging
 import math
 import time
+import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
 from awa_django.conf import awa_settings
 from awa_django.observability.joblog import log_job
+from awa_django.observability.sink import MetricsSink
 from awa_django.sql import statements
-from awa_django.worker.capacity import ClusterLeader
+from awa_django.worker.capacity import CapacityHost, ClusterLeader
+from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
 from awa_django.worker.scheduler import Scheduler
 
-if TYPE_CHECKING:
-    from awa_django.worker.runtime import Worker
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["LEADER_LOCK", "Maintenance"]
+__all__ = ["LEADER_LOCK", "Maintenance", "MaintenanceHost", "retention"]
 
 BATCH = 1000
 CLUSTER_PLAN_EVERY = 0.2  # seconds between the leader's rounds while workers are in cluster scope
@@ -46,8 +46,25 @@ MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule i
 RESCUE_COST_FACTOR = 20.0
 
 
+class MaintenanceHost(CapacityHost, Protocol):
+    """What the maintenance loop needs from the worker: the cluster capacity door (the leader plans
+    every worker's caps), this worker's identity for the election, and the metrics sink."""
+
+    instance_id: uuid.UUID
+    metrics: MetricsSink
+
+
+def retention(config: WorkerConfig) -> dict[str, timedelta]:
+    """How long finished jobs are kept, per final state."""
+    return {
+        "completed": timedelta(seconds=config.completed_retention),
+        "failed": timedelta(seconds=config.failed_retention),
+        "cancelled": timedelta(seconds=config.failed_retention),
+    }
+
+
 class Maintenance:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: MaintenanceHost) -> None:
         self.worker = worker
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
@@ -98,12 +115,12 @@ class Maintenance:
                         # try again next round; the worker's jobs keep running meanwhile.
                         logger.error("maintenance round failed: %r", exc, exc_info=exc)
                 backoff.reset()
-                await worker._sleep(self._round_delay())
+                await worker.sleep(self._round_delay())
             except TRANSIENT_ERRORS as exc:
                 if self.is_leader:
                     logger.warning("maintenance leader lost its connection: %r", exc)
                 await self.close()
-                await worker._sleep(backoff.next())
+                await worker.sleep(backoff.next())
 
     def _round_delay(self) -> float:
         """The maintenance interval, shortened to when the next schedule slot is due (so a
@@ -171,7 +188,7 @@ class Maintenance:
         now = time.monotonic()
         if now - self._last_retention >= RETENTION_EVERY:
             self._last_retention = now
-            for state, older_than in worker.retention().items():
+            for state, older_than in retention(worker.config).items():
                 while True:
                     cursor = await conn.execute(
                         statements["delete_finished_jobs"],

@@ -27,7 +27,7 @@ from django.db import transaction
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker.context import JobContext
-from awa_django.worker.runtime import Worker
+from awa_django.worker.supervisor import Worker
 from tests.conftest import connect_outside_django
 
 SLEEP_KIND = "weighted.sleep"

@@ -17,9 +17,6 @@ from tests.weighted.support import BLOCK_KIND, Recorder, Sampler, enqueue, wait_
 def _expected(min_workers: int, weight: int, overflow_held: int, in_flight: int, available: int) -> dict[str, Any]:
     return {
         "mode": "weighted",
-        "min_workers": min_workers,
-        "weight": weight,
-        "overflow_held": overflow_held,
         "in_flight": in_flight,
         "available": available,
         "capacity": {"type": "Weighted", "min_workers": min_workers, "weight": weight, "overflow_held": overflow_held},

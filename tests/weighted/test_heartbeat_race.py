@@ -15,7 +15,7 @@ from tests.weighted.support import Recorder, enqueue, wait_all_finished
 
 @pytest.mark.django_db(transaction=True)
 def test_heartbeat__job_completing_during_a_heartbeat_is_not_reported_lost(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="awa_django.worker.runtime")
+    caplog.set_level(logging.INFO, logger="awa_django.worker.heartbeat")
     recorder = Recorder()
     # Heartbeats every 10 ms over many short jobs: completions often commit while a beat runs.
     config = make_config({"A": QueueConfig("A", max_workers=20)}, heartbeat_interval=0.01)

@@ -89,7 +89,7 @@ def test_reconfigure__weight_saved_in_orm_moves_running_split_within_2s() -> Non
 
 @pytest.mark.django_db(transaction=True)
 def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="awa_django.worker.runtime")
+    caplog.set_level(logging.INFO, logger="awa_django.worker.reconfigure")
     config = _rows_and_config()
     recorder = Recorder()
     with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry) as worker:
@@ -103,7 +103,7 @@ def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: py
             return [
                 r
                 for r in caplog.records
-                if r.name == "awa_django.worker.runtime"
+                if r.name == "awa_django.worker.reconfigure"
                 and r.levelno == logging.ERROR
                 and "min_workers (25)" in r.getMessage()
             ]

@@ -10,7 +10,7 @@ from awa_django.concurrency import Allocator, QueueLimits
 from awa_django.exceptions import MinWorkersExceedGlobalError
 from awa_django.models import Queue
 from awa_django.worker import QueueConfig, WorkerConfig
-from awa_django.worker.runtime import Worker
+from awa_django.worker.supervisor import Worker
 
 
 def test_worker_config__min_workers_over_global_max_is_refused() -> None:

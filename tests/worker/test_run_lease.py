@@ -53,7 +53,7 @@ def test_run_lease__rescued_and_reclaimed_attempt__old_worker_cannot_complete_it
             assert reclaimed.attempt == 2
             wait_until(lambda: job.pk in worker_b.in_flight and started == [1, 3], what="B running attempt 2")
             # A's heartbeat finds the attempt gone and tells its handler.
-            wait_until(lambda: worker_a.in_flight[job.pk][1].cancelled, what="A's handler told to stop")
+            wait_until(lambda: worker_a.in_flight[job.pk].context.cancelled, what="A's handler told to stop")
 
             gates.open(1)  # A's handler returns; its completion must miss the lease guard
             wait_until(lambda: worker_a.completer.lost == 1, what="A's write refused")

@@ -9,7 +9,7 @@ import pytest
 
 from awa_django.models import Job, WorkerInstance
 from awa_django.sql import JOBS_CHANNEL
-from awa_django.worker.runtime import Worker
+from awa_django.worker.listener import Listener
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.support import Spawner, wait_for_row
 
@@ -20,20 +20,20 @@ PROMPTLY = 10.0
 @pytest.mark.django_db(transaction=True)
 def test_wakeup__idle_worker_with_60s_poll_interval__runs_a_new_job_on_notify(monkeypatch: pytest.MonkeyPatch) -> None:
     notifications: list[tuple[str, str]] = []
-    on_notify = Worker._on_notify
+    on_notify = Listener.on_notify
 
-    def recording_on_notify(self: Worker, channel: str, payload: str) -> None:
+    def recording_on_notify(self: Listener, channel: str, payload: str) -> None:
         notifications.append((channel, payload))
         on_notify(self, channel, payload)
 
-    monkeypatch.setattr(Worker, "_on_notify", recording_on_notify)
+    monkeypatch.setattr(Listener, "on_notify", recording_on_notify)
 
     with running_worker(make_config(["wake"], poll_interval=60.0)) as worker:
         # Idle: LISTEN is up, the probe that follows it found nothing, and the dispatcher sleeps
         # until told (the next probe is 60 s away).
         dispatcher = worker.dispatchers["wake"]
         wait_until(
-            lambda: worker.listening and not worker._probe_now.is_set() and not dispatcher.hungry,
+            lambda: worker.listening and not worker.probe.now.is_set() and not dispatcher.hungry,
             what="an idle, listening dispatcher",
         )
         job = Job.objects.enqueue("noop", queue="wake")

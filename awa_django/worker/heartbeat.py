@@ -1,0 +1,94 @@
+"""Heartbeats: every heartbeat interval, one statement proves every running attempt alive.
+
+``heartbeat_jobs`` matches each row by (id, state running, run_lease) and writes the attempt's
+progress with it. An attempt whose row did not match is no longer this worker's (rescued after a
+stall, or cancelled): its handler is told to stop. Attempts already finishing are left out: their
+final state is on its way, and the writer matches the same guard.
+
+The loop meets the supervisor through ``HeartbeatHost``, a narrow door.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django.sql import statements
+from awa_django.worker.completer import WRITE_ERRORS
+from awa_django.worker.config import WorkerConfig
+from awa_django.worker.context import InFlight
+from awa_django.worker.db import TRANSIENT_ERRORS
+
+logger = logging.getLogger(__name__)
+
+
+class HeartbeatHost(Protocol):
+    """What the heartbeat loop needs from the worker."""
+
+    config: WorkerConfig
+    pool: AsyncConnectionPool
+    stopping: bool
+
+    @property
+    def in_flight(self) -> Mapping[int, InFlight]: ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, or less if the worker stops meanwhile."""
+        ...
+
+
+class Heartbeat:
+    def __init__(self, host: HeartbeatHost) -> None:
+        self.host = host
+
+    async def run(self) -> None:
+        """Batched heartbeats (with progress) for every in-flight attempt."""
+        host = self.host
+        while not host.stopping:
+            await host.sleep(host.config.heartbeat_interval)
+            # Attempts already finishing are being written; in id order, like the completer's
+            # batches, so two batch updates of the same rows cannot deadlock.
+            entries = sorted(
+                (entry for entry in host.in_flight.values() if not entry.context.finishing), key=lambda e: e.job.id
+            )
+            if not entries:
+                continue
+            ids = [entry.job.id for entry in entries]
+            leases = [entry.job.run_lease for entry in entries]
+            progress = [entry.context.progress_json for entry in entries]
+
+            async def beat(
+                ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
+            ) -> set[int]:
+                async with host.pool.connection() as conn:
+                    cursor = await conn.execute(
+                        statements["heartbeat_jobs"], {"ids": ids, "leases": leases, "progress": progress}
+                    )
+                    return {row[0] for row in await cursor.fetchall()}
+
+            try:
+                alive = await beat()
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), exc)
+                continue
+            except WRITE_ERRORS as exc:
+                # Progress is checked when it is set, so this should not happen; if it does, the
+                # attempts must still prove they are alive: beat again without the progress.
+                logger.error("heartbeat refused for %d job(s) error=%r; beating again without progress", len(ids), exc)
+                try:
+                    alive = await beat(progress=[None] * len(ids))
+                except WRITE_ERRORS as again:
+                    logger.error("heartbeat failed for %d job(s): %r; retrying next interval", len(ids), again)
+                    continue
+            for entry in entries:
+                if entry.job.id not in alive and not entry.context.finishing:
+                    logger.warning(
+                        "job no longer held by this worker job_id=%s run_lease=%s (rescued or cancelled); "
+                        "telling its handler to stop",
+                        entry.job.id,
+                        entry.job.run_lease,
+                    )
+                    entry.context.cancel()
