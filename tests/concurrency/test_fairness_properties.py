@@ -11,6 +11,7 @@ releases; and the sum in flight never passes the global maximum (asserted at eve
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -202,8 +203,17 @@ BESIDE_RATE_LIMITED_NEIGHBOURS_WHOSE_TOKENS_WAIT = (
     ],
 )
 
+# CI runs a fixed set of 200 generated cases. To search further, run random ones instead:
+# AWA_FAIRNESS_SEARCH=2000 python -m pytest tests/concurrency/test_fairness_properties.py
+SEARCH = int(os.environ.get("AWA_FAIRNESS_SEARCH", "0"))
 
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+@settings(
+    max_examples=SEARCH or 200,
+    deadline=None,
+    derandomize=not SEARCH,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(scenario=scenarios())
 @example(scenario=ISSUE_10_BESIDE_FOUR)
 @example(scenario=BESIDE_A_HEAVY_FLOORED_QUEUE)
