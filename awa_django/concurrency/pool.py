@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cmp_to_key
 
 from awa_django.exceptions import InvalidWeightError
 
@@ -53,6 +54,23 @@ from awa_django.exceptions import InvalidWeightError
 # comes back once a second pay for a slot it held long ago.
 DEBT_HALF_LIFE = 1.0
 _RERANK_AFTER = 0.001  # seconds: how long a ranking of the contenders is reused when nothing changed
+# Credits per unit of weight closer than this (slot-seconds) rank as equal. Queues with equal
+# histories (each held as long and earned as long) end with credits that differ only in the float
+# rounding of their sums and of the clock values; that rounding must not decide who is served
+# before the documented tie-breaks do. Far below the drift `_RERANK_AFTER` already accepts.
+_CREDIT_TIE = 1e-6
+
+_RankKey = tuple[float, float, float, str]
+
+
+def _rank_order(a: _RankKey, b: _RankKey) -> int:
+    """Compare two `_rank_key`s: most owed first, owed amounts within `_CREDIT_TIE` tied."""
+    if abs(a[0] - b[0]) > _CREDIT_TIE:
+        return -1 if a[0] < b[0] else 1
+    return (a[1:] > b[1:]) - (a[1:] < b[1:])
+
+
+_RANK = cmp_to_key(_rank_order)
 
 
 def _check_count(name: str, value: int) -> None:
@@ -189,7 +207,7 @@ class OverflowPool:
         below = [
             (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
         ]
-        below.sort(key=lambda pair: self._rank_key(pair[1], pair[0], now))
+        below.sort(key=lambda pair: _RANK(self._rank_key(pair[1], pair[0], now)))
         return [q for _, q in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
@@ -372,7 +390,7 @@ class OverflowPool:
             return cached[2]
         targets = {q: e.floor for q, e in self._contenders.items()}
         if self._remainder > 0:
-            for *_, queue in sorted(self._ranked(now))[: self._remainder]:
+            for *_, queue in sorted(self._ranked(now), key=_RANK)[: self._remainder]:
                 targets[queue] += 1
         self._cache = (self._version, now, targets)
         return targets
@@ -386,14 +404,15 @@ class OverflowPool:
             return entry.floor
         return self._targets(now)[queue]
 
-    def _ranked(self, now: float) -> list[tuple[float, float, float, str]]:
+    def _ranked(self, now: float) -> list[_RankKey]:
         """Sort keys (`_rank_key`) of the contenders whose share has a fractional part."""
         return [self._rank_key(queue, e, now) for queue, e in self._contenders.items() if e.fractional]
 
     @staticmethod
-    def _rank_key(queue: str, e: _Entry, now: float) -> tuple[float, float, float, str]:
-        """Most owed per unit of weight first; on a tie the one furthest below its share now, then
-        the one granted longest ago (so ties rotate instead of going to the first-configured queue)."""
+    def _rank_key(queue: str, e: _Entry, now: float) -> _RankKey:
+        """Most owed per unit of weight first; on a tie (within `_CREDIT_TIE`, see `_rank_order`) the
+        one furthest below its share now, then the one granted longest ago (so ties rotate instead of
+        going to the first-configured queue)."""
         gap = e.share - e.held
         owed = (e.credit + gap * max(0.0, now - e.stamp)) / max(e.weight, 1)
         return (-owed, -gap, e.last_grant, queue)

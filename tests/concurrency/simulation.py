@@ -178,10 +178,10 @@ def simulate(global_max: int, specs: list[QueueSpec], *, until: float, warmup: f
 def ideal_shares(global_max: int, specs: list[QueueSpec], used: dict[str, float] | None = None) -> dict[str, Fraction]:
     """Each continuously loaded queue's long-run average running count: its floor plus its
     water-filled share of the overflow, where a rate-limited queue can use at most
-    rate x duration (or, given `used`, what it was measured to use) and an empty queue nothing."""
+    rate x duration (or, if `used` names it, what it was measured to use) and an empty queue nothing."""
     use_cap: dict[str, Fraction] = {}
     for s in specs:
-        if used is not None and s.rate is not None:
+        if used is not None and s.rate is not None and s.name in used:
             use_cap[s.name] = Fraction(used[s.name])
         elif not s.loaded:
             use_cap[s.name] = Fraction(0)

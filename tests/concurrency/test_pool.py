@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
-from hypothesis import settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -93,6 +93,34 @@ def test_credit__remainder_rotates_so_each_average_approaches_its_share() -> Non
         assert pool.try_acquire(winner, 5, now=float(second)) == 1
         order.append(winner)
     assert order == ["b", "a"] * 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    queues=st.integers(2, 6),
+    start=st.floats(0, 1e6, allow_nan=False),
+    step=st.sampled_from([0.05, 0.07, 0.1, 0.15, 0.3]),
+    rounds=st.integers(3, 30),
+)
+@example(queues=2, start=0.0, step=0.05, rounds=3)  # was served a, b, a, b, b
+def test_credit__equal_queues_on_one_slot_take_turns_whatever_the_clock_values(
+    queues: int, start: float, step: float, rounds: int
+) -> None:
+    """g=1, equal queues of equal jobs: after each full turn their credits are equal in exact
+    arithmetic, and the tie goes to the one granted longest ago, so they take strict turns. With
+    clock values like 0.05 s the float sums differ in their last bits; those must not decide."""
+    names = [f"q{i}" for i in range(queues)]
+    pool = OverflowPool(1, dict.fromkeys(names, 1), now=start)
+    for queue in names:
+        pool.try_acquire(queue, 5, now=start)
+    order = [next(queue for queue in names if pool.held(queue))]
+    for k in range(1, rounds * queues):
+        now = start + k * step
+        pool.release(order[-1], 1, now=now)
+        (winner,) = pool.waiting(now=now)
+        assert pool.try_acquire(winner, 5, now=now) == 1
+        order.append(winner)
+    assert order == order[:queues] * rounds
 
 
 def test_try_acquire_zero__empty_queue_stops_contending_and_forgets_its_credit() -> None:
