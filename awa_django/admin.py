@@ -681,7 +681,7 @@ def dashboard_context() -> dict[str, Any]:
                 "failed": sum(failed),
             }
         )
-    configured = awa_settings.GLOBAL_MAX_WORKERS
+    configured = awa_settings().GLOBAL_MAX_WORKERS
     return {
         "awa_now": now,
         "awa_queues": queues,

@@ -235,7 +235,7 @@ def _job_id(result_id: object) -> int:
 def _task_jobs() -> Any:
     from awa_django.models import Job
 
-    return Job.objects.using(str(awa_settings.DATABASE_ALIAS)).filter(metadata__has_key=TASK_METADATA_KEY)
+    return Job.objects.using(awa_settings().DATABASE_ALIAS).filter(metadata__has_key=TASK_METADATA_KEY)
 
 
 # --- job row → TaskResult -------------------------------------------------------------
@@ -430,7 +430,7 @@ class _Attempt:
 def _load_result(job_id: int) -> TaskResult[Any, Any]:
     from awa_django.models import Job
 
-    return _task_result(Job.objects.using(str(awa_settings.DATABASE_ALIAS)).get(pk=job_id))
+    return _task_result(Job.objects.using(awa_settings().DATABASE_ALIAS).get(pk=job_id))
 
 
 def _load_result_in_thread(job_id: int) -> TaskResult[Any, Any]:

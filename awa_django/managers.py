@@ -147,10 +147,10 @@ def _check_tags(value: object, index: int | None) -> list[str]:
     # A list or a tuple only: a dict would give its keys, a str its characters, a set no order.
     if not isinstance(value, list | tuple):
         raise InvalidJobError("tags", value, f"must be a list of strings, not {type(value).__name__}", index=index)
-    limit = int(awa_settings.MAX_TAGS)
+    limit = awa_settings().MAX_TAGS
     if len(value) > limit:
         raise InvalidJobError("tags", value, f"has {len(value)} tags; the limit is {limit}", index=index)
-    max_length = int(awa_settings.MAX_TAG_LENGTH)
+    max_length = awa_settings().MAX_TAG_LENGTH
     tags: list[str] = []
     for tag in value:
         if not isinstance(tag, str) or not tag or len(tag) > max_length or "\x00" in tag:
@@ -357,7 +357,7 @@ def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any
     transaction a different server session, where the prepared statement does not exist).
     """
     connection = connections[alias]
-    if connection.queries_logged or connection.execute_wrappers or not awa_settings.use_prepared_statements:
+    if connection.queries_logged or connection.execute_wrappers or not awa_settings().use_prepared_statements:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()  # type: ignore[no-any-return]
@@ -417,7 +417,7 @@ class JobManager(models.Manager["Job"]):
     """``Job.objects``: the enqueue API."""
 
     def _alias(self) -> str:
-        return self.db if self._db else str(awa_settings.DATABASE_ALIAS)
+        return self.db if self._db else awa_settings().DATABASE_ALIAS
 
     def enqueue(
         self,

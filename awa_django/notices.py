@@ -72,7 +72,7 @@ class EnqueueNotices:
         from awa_django.conf import awa_settings
         from awa_django.services import default_stale_after
 
-        if awa_settings.EXECUTION == "immediate":  # jobs run in-process: no worker needed
+        if awa_settings().EXECUTION == "immediate":  # jobs run in-process: no worker needed
             return
         stale_after = default_stale_after()
         now = time.monotonic()
