@@ -46,6 +46,15 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from awa_django.conf import awa_settings
+from awa_django.defaults import (
+    MAX_ATTEMPTS_DEFAULT,
+    MAX_ATTEMPTS_MAX,
+    MAX_ATTEMPTS_MIN,
+    NAME_MAX_LENGTH,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
 from awa_django.inline import running_inline
 from awa_django.registry import JobHandler, Registry, registry
@@ -110,12 +119,12 @@ def job_priority(task_priority: int) -> int:
     Any priority above the default runs before default tasks, which get our default (2).
     """
     if task_priority > 0:
-        return 1
+        return PRIORITY_MIN
     if task_priority == 0:
-        return 2
+        return PRIORITY_DEFAULT
     if task_priority >= -50:
-        return 3
-    return 4
+        return PRIORITY_DEFAULT + 1
+    return PRIORITY_MAX
 
 
 class AwaBackend(BaseTaskBackend):
@@ -127,7 +136,6 @@ class AwaBackend(BaseTaskBackend):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN
         from awa_django.managers import build_row
 
         super().__init__(alias, params)
@@ -154,8 +162,6 @@ class AwaBackend(BaseTaskBackend):
         registry.add_resolver(resolve_task, queues=self.queues)
 
     def validate_task(self, task: Task[..., Any]) -> None:
-        from awa_django.defaults import NAME_MAX_LENGTH
-
         super().validate_task(task)
         if len(task.module_path) > NAME_MAX_LENGTH:
             raise InvalidTask(

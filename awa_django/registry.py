@@ -7,14 +7,12 @@ resolvers, in the order they were added, for a handler. The Tasks framework back
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
@@ -172,19 +170,9 @@ class Registry:
         return names
 
     def autodiscover(self) -> None:
+        """Import every installed app's ``jobs`` module (``AppConfig.ready`` calls this, then
+        connects the ``TASKS`` backends that are awa's: see ``awa_django.apps``)."""
         autodiscover_modules("jobs")
-        self._connect_task_backends()
-
-    def _connect_task_backends(self) -> None:
-        """Load the ``TASKS`` backends that are awa's, so that their resolver is here in every
-        process (a worker runs ``@task`` jobs without anything else importing the backend)."""
-        if not getattr(settings, "TASKS", None):
-            return
-        if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is None:
-            return
-        from awa_django.backends import connect_task_backends
-
-        connect_task_backends(self)
 
 
 registry = Registry()
