@@ -57,6 +57,7 @@ from awa_django.defaults import (
 )
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
 from awa_django.inline import running_inline
+from awa_django.jobspec import build_row
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.worker.context import JobContext
 
@@ -136,8 +137,6 @@ class AwaBackend(BaseTaskBackend):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        from awa_django.managers import build_row
-
         super().__init__(alias, params)
         where = f"TASKS[{alias!r}]"
         unknown = sorted(set(self.options) - OPTIONS)

@@ -17,6 +17,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
 from awa_django.exceptions import AwaError
+from awa_django.jobspec import build_row
 
 if TYPE_CHECKING:
     from awa_django.models import Job
@@ -201,8 +202,6 @@ def job(
     ``args`` at each slot of ``cron`` in ``timezone`` (see ``schedule`` for the other options, and
     for several schedules of one kind).
     """
-    from awa_django.managers import build_row
-
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
     spec = None
     if cron is not None:
@@ -256,7 +255,6 @@ def _schedule_spec(
 ) -> ScheduleSpec:
     from awa_django.cron import check_policy, parse
     from awa_django.exceptions import InvalidJobError, InvalidScheduleError
-    from awa_django.managers import build_row
 
     try:
         row = build_row(kind, args, queue=queue, max_attempts=max_attempts, priority=priority)
