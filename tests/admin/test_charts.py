@@ -1,0 +1,38 @@
+"""The dashboard's chart geometry: axis ceilings and bars inside the plot, without a database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from awa_django.admin_charts import build_chart, nice_ceiling
+
+START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("peak", "ceiling"),
+    [(0, 1), (1, 1), (4, 4), (5, 5), (7, 10), (11, 20), (21, 25), (26, 50), (51, 100), (101, 200), (2400, 2500)],
+)
+def test_nice_ceiling__table(peak: int, ceiling: int) -> None:
+    assert nice_ceiling(peak) == ceiling
+
+
+counts = st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 5000)), min_size=1, max_size=60)
+
+
+@given(counts, st.booleans())
+def test_build_chart__bars_stay_in_the_plot_and_totals_add_up(pairs: list[tuple[int, int]], axes: bool) -> None:
+    completed, failed = [c for c, _ in pairs], [f for _, f in pairs]
+    chart = build_chart(completed, failed, START, axes=axes)
+
+    assert (chart.completed, chart.failed, chart.peak) == (sum(completed), sum(failed), max(map(sum, pairs)))
+    assert len(chart.bars) == sum(1 for c, f in pairs for n in (c, f) if n)
+    bottom = chart.plot_top + chart.plot_height
+    for bar in chart.bars:
+        assert chart.plot_left <= bar.x and bar.x + bar.width <= chart.plot_left + chart.plot_width + 0.01
+        assert chart.plot_top - 0.01 <= bar.y and bar.y + bar.height <= bottom + 0.01
+        assert bar.kind in ("completed", "failed")
