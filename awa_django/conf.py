@@ -110,6 +110,16 @@ class AwaSettings:
         return self.PREPARED_STATEMENTS
 
     @property
+    def snapshot_interval(self) -> float:
+        """Seconds between a worker's snapshot writes (the runtime writes every min(heartbeat, 5s))."""
+        return min(self.HEARTBEAT_INTERVAL, defaults.SNAPSHOT_INTERVAL_MAX)
+
+    @property
+    def worker_stale_after(self) -> float:
+        """A worker whose snapshot is older than this many seconds is not live: three missed writes."""
+        return defaults.SNAPSHOTS_MISSED_BEFORE_STALE * self.snapshot_interval
+
+    @property
     def listen_enabled(self) -> bool:
         """Whether the worker LISTENs: LISTEN is on and, behind a transaction pooler, there is a
         direct connection for it (LISTEN_DATABASE_URL)."""

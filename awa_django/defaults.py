@@ -44,3 +44,5 @@ DATABASE_ALIAS_DEFAULT: Final = "default"
 SYNC_THREADS_DEFAULT: Final = 10
 POOL_SIZE_DEFAULT: Final = 4
 MAX_TAGS_DEFAULT: Final = 32
+SNAPSHOT_INTERVAL_MAX: Final = 5.0  # a worker writes its snapshot every min(HEARTBEAT_INTERVAL, this) seconds
+SNAPSHOTS_MISSED_BEFORE_STALE: Final = 3  # a worker whose snapshot is older than this many intervals is not live

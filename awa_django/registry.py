@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.utils.module_loading import autodiscover_modules
 
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
@@ -20,6 +21,7 @@ from awa_django.exceptions import AwaError
 from awa_django.jobspec import build_row
 
 if TYPE_CHECKING:
+    from awa_django.managers import JobManager
     from awa_django.models import Job
 
 logger = logging.getLogger(__name__)
@@ -54,14 +56,17 @@ class JobHandler:
         return options
 
     def enqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        from awa_django.models import Job
-
-        return Job.objects.enqueue(self.kind, args, **self._options(options))
+        return _jobs().enqueue(self.kind, args, **self._options(options))
 
     async def aenqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        from awa_django.models import Job
+        return await _jobs().aenqueue(self.kind, args, **self._options(options))
 
-        return await Job.objects.aenqueue(self.kind, args, **self._options(options))
+
+def _jobs() -> JobManager:
+    """``Job.objects``, through the app registry: the models import the enqueue API, which reads
+    this registry, so this module never imports the models."""
+    manager: JobManager = apps.get_model("awa", "Job")._default_manager
+    return manager
 
 
 @dataclass(frozen=True)

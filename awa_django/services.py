@@ -205,13 +205,13 @@ def resume_queues(names: Iterable[str]) -> int:
 
 
 def snapshot_interval() -> float:
-    """Seconds between a worker's snapshot writes (the runtime writes every min(heartbeat, 5s))."""
-    return min(awa_settings().HEARTBEAT_INTERVAL, 5.0)
+    """Seconds between a worker's snapshot writes (``AwaSettings.snapshot_interval``)."""
+    return awa_settings().snapshot_interval
 
 
 def default_stale_after() -> float:
-    """A worker whose snapshot is older than this many seconds is not live: three missed writes."""
-    return 3 * snapshot_interval()
+    """A worker whose snapshot is older than this many seconds is not live (``AwaSettings.worker_stale_after``)."""
+    return awa_settings().worker_stale_after
 
 
 def live_workers(stale_after: float | None = None, now: datetime | None = None) -> list[WorkerInstance]:
