@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
-from awa_django.conf import AwaSettings, InvalidSettingsError, awa_settings
+from awa_django.conf import CAPACITY_SCOPES, AwaSettings, InvalidSettingsError, awa_settings
 from awa_django.defaults import NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
@@ -139,7 +139,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--capacity-scope",
-            choices=["process", "cluster"],
+            choices=list(CAPACITY_SCOPES),
             help="process: the capacity settings hold in this process (default); cluster: for every "
             "live worker together (AWA['CAPACITY_SCOPE'])",
         )
