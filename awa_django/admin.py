@@ -1,4 +1,5 @@
-"""The admin: Queue settings with live stats, a read-mostly Job admin, and a dashboard.
+"""The admin: Queue settings with live stats, a read-mostly Job admin, and a dashboard
+(``awa_django.admin_dashboard``, its charts in ``awa_django.admin_charts``).
 
 Every action calls the service functions in ``awa_django.services`` (the same ones your code
 can call). The pages stay fast on a large awa_job table: no full-table COUNT(*), ordering by
@@ -9,10 +10,6 @@ DISTINCT over awa_job), counts per queue from one grouped query over the partial
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -21,33 +18,28 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.loader import render_to_string
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from awa_django import services
-from awa_django.conf import awa_settings
+from awa_django.admin_dashboard import DashboardMixin
 from awa_django.forms import QueueForm
-from awa_django.models import TERMINAL_STATES, Job, JobState, Queue, WorkerInstance
+from awa_django.models import TERMINAL_STATES, Job, Queue
 from awa_django.registry import registry
 from awa_django.validation import brief
 
 if TYPE_CHECKING:
     _JobAdminBase = admin.ModelAdmin[Job]
-    _QueueAdminBase = admin.ModelAdmin[Queue]
 else:  # ModelAdmin is generic for the type checker only
-    _JobAdminBase = _QueueAdminBase = admin.ModelAdmin
+    _JobAdminBase = admin.ModelAdmin
 
 # A filtered job list counts at most this many rows ("10,000+" beyond).
 COUNT_LIMIT = 10_000
-REFRESH_SECONDS = 5
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -407,7 +399,7 @@ def _stats(obj: Queue) -> services.QueueStats:
 
 
 @admin.register(Queue)
-class QueueAdmin(SafeSelectionMixin, _QueueAdminBase):
+class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     form = QueueForm
     list_display = (
         "name", "paused", "limits", "rate", "available", "scheduled", "running", "failed", "oldest_available",
@@ -532,203 +524,6 @@ class QueueAdmin(SafeSelectionMixin, _QueueAdminBase):
         names = list(queryset.values_list("name", flat=True))
         done = services.resume_queues(names)
         self.message_user(request, f"Resumed {done} queue(s); {len(names) - done} were not paused.", messages.SUCCESS)
-
-    # --- the dashboard ---
-
-    def get_urls(self) -> list[URLPattern]:
-        custom = [
-            path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="awa_dashboard"),
-            path("dashboard/data/", self.admin_site.admin_view(self.dashboard_data_view), name="awa_dashboard_data"),
-        ]
-        return custom + super().get_urls()
-
-    def _check_dashboard_permission(self, request: HttpRequest) -> None:
-        job_admin = self.admin_site._registry.get(Job)
-        if not (
-            self.has_view_permission(request) or (job_admin is not None and job_admin.has_view_permission(request))
-        ):
-            raise PermissionDenied
-
-    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
-        self._check_dashboard_permission(request)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Job queue dashboard",
-            "opts": self.opts,
-            "awa_data_url": reverse("admin:awa_dashboard_data", current_app=self.admin_site.name),
-            "awa_refresh_seconds": REFRESH_SECONDS,
-            **dashboard_context(),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/awa/dashboard.html", context)
-
-    def dashboard_data_view(self, request: HttpRequest) -> JsonResponse:
-        self._check_dashboard_permission(request)
-        context = dashboard_context()
-        payload = dashboard_json(context)
-        payload["html"] = render_to_string("admin/awa/_dashboard_body.html", context, request=request)
-        response = JsonResponse(payload)
-        response["Cache-Control"] = "no-store"
-        return response
-
-
-# --- the dashboard's data and charts ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    kind: str
-    title: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    pos: float
-    label: str
-
-
-@dataclass(frozen=True)
-class Chart:
-    width: int
-    height: int
-    plot_left: int
-    plot_top: int
-    plot_width: int
-    plot_height: int
-    bars: list[Bar]
-    y_ticks: list[Tick]
-    x_ticks: list[Tick]
-    completed: int
-    failed: int
-    peak: int
-
-
-def _nice_ceiling(value: int) -> int:
-    if value <= 4:
-        return max(value, 1)
-    magnitude = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if value <= step * magnitude:
-            return int(step * magnitude)
-    return value
-
-
-def build_chart(
-    completed: Sequence[int],
-    failed: Sequence[int],
-    start: datetime,
-    *,
-    width: int = 960,
-    height: int = 220,
-    axes: bool = True,
-) -> Chart:
-    """Stacked bars (failed at the bottom, completed above) per minute, as SVG coordinates."""
-    minutes = len(completed)
-    left, top = (44, 10) if axes else (0, 2)
-    bottom, right = (24, 24) if axes else (0, 0)
-    plot_w, plot_h = width - left - right, height - top - bottom
-    totals = [c + f for c, f in zip(completed, failed, strict=True)]
-    peak = max(totals, default=0)
-    ceiling = _nice_ceiling(peak)
-    slot = plot_w / max(minutes, 1)
-    gap = min(2.0, slot * 0.2)
-    bars: list[Bar] = []
-    local_start = timezone.localtime(start)
-    for i, (done, bad) in enumerate(zip(completed, failed, strict=True)):
-        x = left + i * slot + gap / 2
-        minute = (local_start + timedelta(minutes=i)).strftime("%H:%M")
-        base = float(top + plot_h)
-        for count, kind in ((bad, "failed"), (done, "completed")):
-            if not count:
-                continue
-            h = max(plot_h * count / ceiling, 1.0)
-            base -= h
-            bars.append(
-                Bar(round(x, 2), round(base, 2), round(slot - gap, 2), round(h, 2), kind, f"{minute}: {count} {kind}")
-            )
-    y_ticks = [Tick(round(top + plot_h - plot_h * f, 2), str(int(ceiling * f))) for f in (0, 0.5, 1)] if axes else []
-    if axes and ceiling % 2:
-        y_ticks = [y_ticks[0], y_ticks[2]]
-    x_ticks = []
-    if axes:
-        for i in range(0, minutes + 1, 10):
-            label = (local_start + timedelta(minutes=i)).strftime("%H:%M")
-            x_ticks.append(Tick(round(left + i * slot, 2), label))
-    return Chart(width, height, left, top, plot_w, plot_h, bars, y_ticks, x_ticks, sum(completed), sum(failed), peak)
-
-
-def dashboard_context() -> dict[str, Any]:
-    """Everything the dashboard shows, in five queries: workers, queues, counts, throughput."""
-    now = timezone.now()
-    workers = services.live_workers(now=now)
-    stats = services.queue_stats(None, workers=workers)
-    flow = services.throughput(60, now=now)
-    empty = [0] * flow.minutes
-    queues = []
-    for name, entry in stats.items():
-        series = flow.series.get(name, {})
-        completed, failed = series.get(JobState.COMPLETED, empty), series.get(JobState.FAILED, empty)
-        queues.append(
-            {
-                "stats": entry,
-                "age": services.format_age(entry.oldest_available_age(now)),
-                "chart": build_chart(completed, failed, flow.start, width=150, height=30, axes=False),
-                "completed": sum(completed),
-                "failed": sum(failed),
-            }
-        )
-    configured = awa_settings.GLOBAL_MAX_WORKERS
-    return {
-        "awa_now": now,
-        "awa_queues": queues,
-        "awa_workers": [_worker_row(w, now) for w in workers],
-        "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
-        "awa_configured_mode": "weighted" if configured else "hard-reserved",
-        "awa_configured_global_max": configured,
-        "awa_stale_after": services.default_stale_after(),
-    }
-
-
-def _worker_row(worker: WorkerInstance, now: datetime) -> dict[str, Any]:
-    flags = worker.flags if isinstance(worker.flags, dict) else {}
-    capacities = services._capacities([worker])
-    return {
-        "worker": worker,
-        "mode": worker.mode.replace("_", "-"),
-        "healthy": services.worker_healthy(worker),
-        "seen_ago": services.format_age(now - worker.last_seen_at),
-        "up_for": services.format_age(now - worker.started_at),
-        "flags": flags,
-        "queues": [(name, caps[0]) for name, caps in sorted(capacities.items())],
-    }
-
-
-def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
-    now = context["awa_now"]
-    chart: Chart = context["awa_chart"]
-    return {
-        "generated_at": now.isoformat(),
-        "queues": [q["stats"].as_dict(now) | {"completed_last_hour": q["completed"], "failed_last_hour": q["failed"]}
-                   for q in context["awa_queues"]],
-        "workers": [
-            {
-                "worker": str(w["worker"]),
-                "instance_id": str(w["worker"].instance_id),
-                "mode": w["worker"].mode,
-                "global_max_workers": w["worker"].global_max_workers,
-                "last_seen_at": w["worker"].last_seen_at.isoformat(),
-                "healthy": w["healthy"],
-                "flags": w["flags"],
-                "queues": {name: cap.__dict__ | {"describe": cap.describe()} for name, cap in w["queues"]},
-            }
-            for w in context["awa_workers"]
-        ],
-        "last_hour": {"completed": chart.completed, "failed": chart.failed},
-    }  # fmt: skip
 
 
 # The Schedule admin (periodic jobs) and the cluster view (capacity scope "cluster") live in their

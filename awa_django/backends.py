@@ -46,8 +46,18 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from awa_django.conf import awa_settings
+from awa_django.defaults import (
+    MAX_ATTEMPTS_DEFAULT,
+    MAX_ATTEMPTS_MAX,
+    MAX_ATTEMPTS_MIN,
+    NAME_MAX_LENGTH,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
 from awa_django.inline import running_inline
+from awa_django.jobspec import build_row
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.worker.context import JobContext
 
@@ -110,12 +120,12 @@ def job_priority(task_priority: int) -> int:
     Any priority above the default runs before default tasks, which get our default (2).
     """
     if task_priority > 0:
-        return 1
+        return PRIORITY_MIN
     if task_priority == 0:
-        return 2
+        return PRIORITY_DEFAULT
     if task_priority >= -50:
-        return 3
-    return 4
+        return PRIORITY_DEFAULT + 1
+    return PRIORITY_MAX
 
 
 class AwaBackend(BaseTaskBackend):
@@ -127,9 +137,6 @@ class AwaBackend(BaseTaskBackend):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN
-        from awa_django.managers import build_row
-
         super().__init__(alias, params)
         where = f"TASKS[{alias!r}]"
         unknown = sorted(set(self.options) - OPTIONS)
@@ -154,8 +161,6 @@ class AwaBackend(BaseTaskBackend):
         registry.add_resolver(resolve_task, queues=self.queues)
 
     def validate_task(self, task: Task[..., Any]) -> None:
-        from awa_django.defaults import NAME_MAX_LENGTH
-
         super().validate_task(task)
         if len(task.module_path) > NAME_MAX_LENGTH:
             raise InvalidTask(
@@ -235,7 +240,7 @@ def _job_id(result_id: object) -> int:
 def _task_jobs() -> Any:
     from awa_django.models import Job
 
-    return Job.objects.using(str(awa_settings.DATABASE_ALIAS)).filter(metadata__has_key=TASK_METADATA_KEY)
+    return Job.objects.using(awa_settings().DATABASE_ALIAS).filter(metadata__has_key=TASK_METADATA_KEY)
 
 
 # --- job row → TaskResult -------------------------------------------------------------
@@ -430,7 +435,7 @@ class _Attempt:
 def _load_result(job_id: int) -> TaskResult[Any, Any]:
     from awa_django.models import Job
 
-    return _task_result(Job.objects.using(str(awa_settings.DATABASE_ALIAS)).get(pk=job_id))
+    return _task_result(Job.objects.using(awa_settings().DATABASE_ALIAS).get(pk=job_id))
 
 
 def _load_result_in_thread(job_id: int) -> TaskResult[Any, Any]:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, transaction
 
-from awa_django.conf import DEFAULTS, EXECUTION_MODES, POOLER_MODES, awa_settings
+from awa_django.conf import DEFAULTS, AwaSettings, build, find_problems, unknown_keys, user_settings
+
+
+def _current() -> AwaSettings | None:
+    """The settings the checks work with, or None when AWA['DATABASE_ALIAS'] itself is unusable
+    (check_postgres reports that as awa.E002; the checks that need the alias then stay quiet).
+    Other bad values keep their defaults here: check_settings reports them."""
+    current, problems = build(user_settings())
+    return None if any(problem.key == "DATABASE_ALIAS" for problem in problems) else current
 
 
 def _is_postgres(config: dict[str, Any]) -> bool:
@@ -22,7 +29,11 @@ def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     """awa.E001: the alias the jobs live in must be PostgreSQL (jobs are claimed with SKIP LOCKED);
     other aliases may be anything. awa.E002: that alias must exist."""
     errors: list[CheckMessage] = []
-    alias = awa_settings.DATABASE_ALIAS
+    current, problems = build(user_settings())
+    for problem in problems:
+        if problem.key == "DATABASE_ALIAS":  # not a string: it cannot name a database
+            return [Error(problem.message, hint=problem.hint, id=problem.id)]
+    alias = current.DATABASE_ALIAS
     if alias not in settings.DATABASES:
         errors.append(
             Error(
@@ -62,9 +73,10 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
     from awa_django.models import Job
 
-    alias = awa_settings.DATABASE_ALIAS
-    if alias not in settings.DATABASES or len(settings.DATABASES) < 2:
+    current = _current()
+    if current is None or current.DATABASE_ALIAS not in settings.DATABASES or len(settings.DATABASES) < 2:
         return []  # awa.E002 says what is wrong, or there is only one place the jobs can be
+    alias = current.DATABASE_ALIAS
     messages: list[CheckMessage] = []
     read, write = router.db_for_read(Job), router.db_for_write(Job)
     if read != alias or write != alias:
@@ -91,10 +103,11 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """awa.W001 unknown AWA keys; awa.E003, E004, E006, E007 bad numbers; awa.E008 a bad EXECUTION; awa.E010 a bad
-    CAPACITY_SCOPE; awa.E012-E014, W004, W005 the pooler settings."""
+    """awa.W001 unknown AWA keys; every rule of ``awa_django.conf`` (awa.E002-E004, E006-E008, E010,
+    E012-E015) as an Error; awa.W004, W005 the pooler settings."""
+    user = user_settings()
     messages: list[CheckMessage] = []
-    for key in awa_settings.unknown_keys():
+    for key in unknown_keys(user):
         messages.append(
             Warning(
                 f"AWA[{key!r}] is not an awa_django setting and is ignored",
@@ -102,67 +115,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="awa.W001",
             )
         )
-    for key in ("POLL_INTERVAL", "HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS", "SHUTDOWN_TIMEOUT"):
-        value = getattr(awa_settings, key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            messages.append(
-                Error(
-                    f"AWA[{key!r}] is {value!r}; it must be a number of seconds above 0",
-                    hint=f"set AWA[{key!r}] to e.g. {DEFAULTS[key]!r}, or remove it for the default",
-                    id="awa.E003",
-                )
-            )
-    global_max = awa_settings.GLOBAL_MAX_WORKERS
-    if global_max is not None and (isinstance(global_max, bool) or not isinstance(global_max, int) or global_max < 1):
-        messages.append(
-            Error(
-                f"AWA['GLOBAL_MAX_WORKERS'] is {global_max!r}; it must be an integer of at least 1, or None",
-                hint="set it to the number of jobs one worker may run at once, or None for hard-reserved mode",
-                id="awa.E004",
-            )
-        )
-    for key in ("SYNC_THREADS", "POOL_SIZE", "MAX_TAGS", "MAX_TAG_LENGTH"):
-        value = getattr(awa_settings, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            messages.append(
-                Error(
-                    f"AWA[{key!r}] is {value!r}; it must be an integer of at least 1",
-                    hint=f"set AWA[{key!r}] to e.g. {DEFAULTS[key]!r}, or remove it for the default",
-                    id="awa.E006",
-                )
-            )
-    for key in ("COMPLETED_RETENTION", "FAILED_RETENTION"):
-        value = getattr(awa_settings, key)
-        seconds = value.total_seconds() if isinstance(value, timedelta) else value
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-            messages.append(
-                Error(
-                    f"AWA[{key!r}] is {value!r}; it must be a timedelta or a number of seconds above 0",
-                    hint=f"set AWA[{key!r}] to e.g. timedelta(days=1), or remove it for the default",
-                    id="awa.E007",
-                )
-            )
-    scope = awa_settings.CAPACITY_SCOPE
-    if scope not in ("process", "cluster"):
-        messages.append(
-            Error(
-                f"AWA['CAPACITY_SCOPE'] is {scope!r}; it must be 'process' or 'cluster'",
-                hint="'process' (the default): each worker process applies the capacity settings on its own; "
-                "'cluster': they hold for every live worker together",
-                id="awa.E010",
-            )
-        )
-    messages.extend(_pooler_settings_messages())
-    execution = awa_settings.EXECUTION
-    if execution not in EXECUTION_MODES:
-        messages.append(
-            Error(
-                f"AWA['EXECUTION'] is {execution!r}; it must be one of {', '.join(map(repr, EXECUTION_MODES))}",
-                hint="use 'worker' (the default: awa_worker runs the jobs), or 'immediate' in development "
-                "to run each job in-process right after its enqueue commits",
-                id="awa.E008",
-            )
-        )
+    for problem in find_problems(user):
+        if problem.id != "awa.E002":  # check_postgres says it, next to the other alias problems
+            messages.append(Error(problem.message, hint=problem.hint, id=problem.id))
+    current, _ = build(user)
+    messages.extend(_pooler_warnings(current))
     return messages
 
 
@@ -173,12 +130,16 @@ def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     Reads the Queue rows, so it is skipped (silently) while the database is unreachable or not
     yet migrated: `check` must work before `migrate`.
     """
-    from awa_django.concurrency import QueueLimits, check_global_max_workers, collect_capacity_errors
+    from awa_django.concurrency import QueueLimits, collect_capacity_errors
     from awa_django.exceptions import MinWorkersExceedGlobalError
 
-    global_max = awa_settings.GLOBAL_MAX_WORKERS
-    alias = awa_settings.DATABASE_ALIAS
-    if global_max is None or check_global_max_workers(global_max) is not None or alias not in settings.DATABASES:
+    current, problems = build(user_settings())
+    global_max, alias = current.GLOBAL_MAX_WORKERS, current.DATABASE_ALIAS
+    if (
+        global_max is None
+        or alias not in settings.DATABASES
+        or {"GLOBAL_MAX_WORKERS", "DATABASE_ALIAS"} & {problem.key for problem in problems}
+    ):
         return []  # hard-reserved mode, or awa.E004 / awa.E002 already says what is wrong
     try:
         from awa_django.models import Queue
@@ -217,7 +178,10 @@ def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: An
     from awa_django.exceptions import InvalidScheduleError
     from awa_django.registry import registry
 
-    alias = awa_settings.DATABASE_ALIAS
+    current = _current()
+    if current is None:
+        return []
+    alias = current.DATABASE_ALIAS
     if alias not in settings.DATABASES or not databases or alias not in databases:
         return []
     try:
@@ -256,54 +220,22 @@ def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: An
     return messages
 
 
-def _pooler_settings_messages() -> list[CheckMessage]:
-    """awa.E012 a bad POOLER; awa.E013 a bad LISTEN_DATABASE_URL; awa.E014 a non-boolean
-    PREPARED_STATEMENTS; awa.W004 polling only behind a transaction pooler; awa.W005 Django's
-    server-side cursors left on behind one."""
+def _pooler_warnings(current: AwaSettings) -> list[CheckMessage]:
+    """awa.W004 polling only behind a transaction pooler; awa.W005 Django's server-side cursors left
+    on behind one. (The values themselves are checked by ``awa_django.conf``: awa.E012-E014.)"""
     messages: list[CheckMessage] = []
-    pooler = awa_settings.POOLER
-    if pooler not in POOLER_MODES:
-        messages.append(
-            Error(
-                f"AWA['POOLER'] is {pooler!r}; it must be None or 'transaction'",
-                hint="None (the default): a direct connection or a session pooler; 'transaction': PgBouncer in "
-                "transaction mode or a managed pooler that hands each transaction any server session",
-                id="awa.E012",
-            )
-        )
-    url = awa_settings.LISTEN_DATABASE_URL
-    if url is not None:
-        problem = _conninfo_problem(url)
-        if problem:
-            messages.append(
-                Error(
-                    f"AWA['LISTEN_DATABASE_URL'] is not a PostgreSQL connection string: {problem}",
-                    hint="use a URL such as 'postgresql://user:password@db-host:5432/dbname' (a direct connection, "
-                    "not the pooler), or None to LISTEN on AWA['DATABASE_ALIAS']",
-                    id="awa.E013",
-                )
-            )
-    prepared = awa_settings.PREPARED_STATEMENTS
-    if prepared is not None and not isinstance(prepared, bool):
-        messages.append(
-            Error(
-                f"AWA['PREPARED_STATEMENTS'] is {prepared!r}; it must be True, False or None",
-                hint="None (the default): on, except behind a transaction pooler (AWA['POOLER'] = 'transaction')",
-                id="awa.E014",
-            )
-        )
-    if pooler == "transaction":
-        if awa_settings.LISTEN and not url:
+    if current.POOLER == "transaction":
+        if current.LISTEN and not current.LISTEN_DATABASE_URL:
             messages.append(
                 Warning(
                     "behind a transaction pooler without AWA['LISTEN_DATABASE_URL'] the worker cannot LISTEN: "
-                    f"new jobs wait up to AWA['POLL_INTERVAL'] ({awa_settings.POLL_INTERVAL!r}s) to be picked up",
+                    f"new jobs wait up to AWA['POLL_INTERVAL'] ({current.POLL_INTERVAL!r}s) to be picked up",
                     hint="set AWA['LISTEN_DATABASE_URL'] to a direct connection to the same database (LISTEN needs "
                     "a session), or set AWA['LISTEN'] = False to choose polling",
                     id="awa.W004",
                 )
             )
-        alias = awa_settings.DATABASE_ALIAS
+        alias = current.DATABASE_ALIAS
         config = settings.DATABASES.get(alias, {})
         if alias in settings.DATABASES and not config.get("DISABLE_SERVER_SIDE_CURSORS"):
             messages.append(
@@ -316,18 +248,6 @@ def _pooler_settings_messages() -> list[CheckMessage]:
                 )
             )
     return messages
-
-
-def _conninfo_problem(url: object) -> str | None:
-    if not isinstance(url, str) or not url.strip():
-        return f"{url!r} is not a non-empty string"
-    from psycopg import conninfo
-
-    try:
-        conninfo.conninfo_to_dict(url)
-    except Exception as exc:  # psycopg raises ProgrammingError, libpq's message says what is wrong
-        return f"{exc}".strip()
-    return None
 
 
 # How many pairs of sessions the pooler probe compares (each a round trip on two connections).
@@ -344,8 +264,11 @@ def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     one: a transaction pooler hands it the same server connection, with the same backend pid. The
     probe can miss a pooler (a busy one may hand out another connection) but never sees one that
     is not there. Skipped while the database is unreachable."""
-    alias = awa_settings.DATABASE_ALIAS
-    if awa_settings.POOLER == "transaction" or not databases or alias not in databases:
+    current = _current()
+    if current is None:
+        return []
+    alias = current.DATABASE_ALIAS
+    if current.POOLER == "transaction" or not databases or alias not in databases:
         return []
     if alias not in settings.DATABASES or not _is_postgres(settings.DATABASES[alias]):
         return []

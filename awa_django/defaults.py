@@ -31,3 +31,18 @@ MAX_WORKERS_DEFAULT: Final = 50  # hard-reserved mode: jobs of the queue one wor
 MIN_WORKERS_DEFAULT: Final = 0  # weighted mode: slots guaranteed to the queue
 WEIGHT_DEFAULT: Final = 1  # weighted mode: share of the overflow pool
 RATE_BURST_DEFAULT: Final = 0  # token-bucket burst; 0 means ceil(rate_limit)
+
+# --- the AWA settings (awa_django.conf) and the worker's configuration built from them --------
+
+POLL_INTERVAL_DEFAULT: Final = 1.0  # seconds between polls when no NOTIFY arrives
+HEARTBEAT_INTERVAL_DEFAULT: Final = 5.0  # seconds between heartbeats of in-flight jobs
+HEARTBEAT_STALENESS_DEFAULT: Final = 30.0  # seconds after which a heartbeat is stale
+SHUTDOWN_TIMEOUT_DEFAULT: Final = 30.0  # seconds in-flight jobs get after SIGTERM/SIGINT
+COMPLETED_RETENTION_DEFAULT: Final = 86400.0  # seconds a completed job is kept
+FAILED_RETENTION_DEFAULT: Final = 7 * 86400.0  # seconds a failed or cancelled job is kept
+DATABASE_ALIAS_DEFAULT: Final = "default"
+SYNC_THREADS_DEFAULT: Final = 10
+POOL_SIZE_DEFAULT: Final = 4
+MAX_TAGS_DEFAULT: Final = 32
+SNAPSHOT_INTERVAL_MAX: Final = 5.0  # a worker writes its snapshot every min(HEARTBEAT_INTERVAL, this) seconds
+SNAPSHOTS_MISSED_BEFORE_STALE: Final = 3  # a worker whose snapshot is older than this many intervals is not live

@@ -31,10 +31,9 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 
-from awa_django.conf import EXECUTION_MODES, awa_settings
+from awa_django.conf import awa_settings
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.sql import statements
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
@@ -203,14 +202,9 @@ def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: Any) 
 
 
 def execution_mode() -> str:
-    """``AWA["EXECUTION"]``; ImproperlyConfigured (naming the value and the choices) if unknown."""
-    value = awa_settings.EXECUTION
-    if value not in EXECUTION_MODES:
-        raise ImproperlyConfigured(
-            f"AWA['EXECUTION'] is {value!r}; use 'worker' (the default: awa_worker runs the jobs) or "
-            "'immediate' (development and tests: each job runs in-process right after its enqueue commits)"
-        )
-    return str(value)
+    """``AWA["EXECUTION"]``; ImproperlyConfigured (naming the value and the choices) if unknown
+    (``awa_django.conf`` holds the rule)."""
+    return awa_settings().EXECUTION
 
 
 def after_enqueue(alias: str, job_ids: Sequence[int]) -> None:

@@ -9,7 +9,7 @@ Two mistakes look like success at enqueue time and only show up as jobs that nev
 
 Each is logged once per process, per kind and per queue, at WARNING. Which queues live workers
 serve comes from their ``WorkerInstance`` snapshots, read at most once per snapshot staleness
-window (``services.default_stale_after()``) and only when a queue not yet known to be served
+window (``AwaSettings.worker_stale_after``) and only when a queue not yet known to be served
 is seen, so a steady stream of enqueues into served queues costs set lookups, not queries.
 The read runs on the caller's connection inside a savepoint: if it fails, the caller's
 transaction is untouched and the check is skipped (logged at DEBUG).
@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from django.apps import apps
 from django.db import DatabaseError, transaction
 
 logger = logging.getLogger("awa_django.managers")
@@ -70,11 +71,11 @@ class EnqueueNotices:
 
     def _check_queue(self, alias: str, queue: str) -> None:
         from awa_django.conf import awa_settings
-        from awa_django.services import default_stale_after
 
-        if awa_settings.EXECUTION == "immediate":  # jobs run in-process: no worker needed
+        current = awa_settings()
+        if current.EXECUTION == "immediate":  # jobs run in-process: no worker needed
             return
-        stale_after = default_stale_after()
+        stale_after = current.worker_stale_after
         now = time.monotonic()
         if self._served_at is None or now - self._served_at >= stale_after:
             served = self._read_served(alias, stale_after)
@@ -104,19 +105,24 @@ class EnqueueNotices:
 
         from django.utils import timezone
 
-        from awa_django.models import WorkerInstance
-
+        # Through the app registry: the enqueue API (managers, which models imports) reaches this
+        # module, so it does not import the models.
+        worker_instance = apps.get_model("awa", "WorkerInstance")
         cutoff = timezone.now() - timedelta(seconds=stale_after)
         try:
             with transaction.atomic(using=alias):  # a savepoint inside the caller's transaction
-                workers = list(WorkerInstance.objects.using(alias).filter(last_seen_at__gte=cutoff).only("queues"))
+                snapshots = list(
+                    worker_instance._default_manager.using(alias)
+                    .filter(last_seen_at__gte=cutoff)
+                    .values_list("queues", flat=True)
+                )
         except DatabaseError as exc:
             logger.debug("could not read the live workers' queues, skipping the check alias=%s error=%s", alias, exc)
             return None
         served: set[str] = set()
-        for worker in workers:
-            if isinstance(worker.queues, dict):
-                served.update(str(name) for name in worker.queues)
+        for queues in snapshots:
+            if isinstance(queues, dict):
+                served.update(str(name) for name in queues)
         return frozenset(served)
 
 

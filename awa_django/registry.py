@@ -7,20 +7,21 @@ resolvers, in the order they were added, for a handler. The Tasks framework back
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
+from django.apps import apps
 from django.utils.module_loading import autodiscover_modules
 
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
 from awa_django.exceptions import AwaError
+from awa_django.jobspec import build_row
 
 if TYPE_CHECKING:
+    from awa_django.managers import JobManager
     from awa_django.models import Job
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,17 @@ class JobHandler:
         return options
 
     def enqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        from awa_django.models import Job
-
-        return Job.objects.enqueue(self.kind, args, **self._options(options))
+        return _jobs().enqueue(self.kind, args, **self._options(options))
 
     async def aenqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        from awa_django.models import Job
+        return await _jobs().aenqueue(self.kind, args, **self._options(options))
 
-        return await Job.objects.aenqueue(self.kind, args, **self._options(options))
+
+def _jobs() -> JobManager:
+    """``Job.objects``, through the app registry: the models import the enqueue API, which reads
+    this registry, so this module never imports the models."""
+    manager: JobManager = apps.get_model("awa", "Job")._default_manager
+    return manager
 
 
 @dataclass(frozen=True)
@@ -172,19 +176,9 @@ class Registry:
         return names
 
     def autodiscover(self) -> None:
+        """Import every installed app's ``jobs`` module (``AppConfig.ready`` calls this, then
+        connects the ``TASKS`` backends that are awa's: see ``awa_django.apps``)."""
         autodiscover_modules("jobs")
-        self._connect_task_backends()
-
-    def _connect_task_backends(self) -> None:
-        """Load the ``TASKS`` backends that are awa's, so that their resolver is here in every
-        process (a worker runs ``@task`` jobs without anything else importing the backend)."""
-        if not getattr(settings, "TASKS", None):
-            return
-        if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is None:
-            return
-        from awa_django.backends import connect_task_backends
-
-        connect_task_backends(self)
 
 
 registry = Registry()
@@ -213,8 +207,6 @@ def job(
     ``args`` at each slot of ``cron`` in ``timezone`` (see ``schedule`` for the other options, and
     for several schedules of one kind).
     """
-    from awa_django.managers import build_row
-
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
     spec = None
     if cron is not None:
@@ -268,7 +260,6 @@ def _schedule_spec(
 ) -> ScheduleSpec:
     from awa_django.cron import check_policy, parse
     from awa_django.exceptions import InvalidJobError, InvalidScheduleError
-    from awa_django.managers import build_row
 
     try:
         row = build_row(kind, args, queue=queue, max_attempts=max_attempts, priority=priority)

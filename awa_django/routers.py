@@ -32,10 +32,10 @@ class AwaRouter:
     """Routes the ``awa`` app to ``AWA["DATABASE_ALIAS"]``; says nothing about other apps."""
 
     def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
-        return str(awa_settings.DATABASE_ALIAS) if _is_awa(model) else None
+        return awa_settings().DATABASE_ALIAS if _is_awa(model) else None
 
     def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
-        return str(awa_settings.DATABASE_ALIAS) if _is_awa(model) else None
+        return awa_settings().DATABASE_ALIAS if _is_awa(model) else None
 
     def allow_relation(self, obj1: Model, obj2: Model, **hints: Any) -> bool | None:
         """Two awa objects may relate (they live together); one awa object and one from another
@@ -48,5 +48,5 @@ class AwaRouter:
 
     def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: Any) -> bool | None:
         if app_label == APP_LABEL:
-            return db == str(awa_settings.DATABASE_ALIAS)
+            return db == awa_settings().DATABASE_ALIAS
         return None

@@ -47,7 +47,7 @@ COUNTED_STATES = (
 
 
 def _alias() -> str:
-    return str(awa_settings.DATABASE_ALIAS)
+    return awa_settings().DATABASE_ALIAS
 
 
 def _ids(ids: Iterable[int | str]) -> list[int]:
@@ -207,13 +207,13 @@ def resume_queues(names: Iterable[str]) -> int:
 
 
 def snapshot_interval() -> float:
-    """Seconds between a worker's snapshot writes (the runtime writes every min(heartbeat, 5s))."""
-    return min(float(awa_settings.HEARTBEAT_INTERVAL), 5.0)
+    """Seconds between a worker's snapshot writes (``AwaSettings.snapshot_interval``)."""
+    return awa_settings().snapshot_interval
 
 
 def default_stale_after() -> float:
-    """A worker whose snapshot is older than this many seconds is not live: three missed writes."""
-    return 3 * snapshot_interval()
+    """A worker whose snapshot is older than this many seconds is not live (``AwaSettings.worker_stale_after``)."""
+    return awa_settings().worker_stale_after
 
 
 def live_workers(stale_after: float | None = None, now: datetime | None = None) -> list[WorkerInstance]:
@@ -487,7 +487,7 @@ def estimated_job_count() -> int | None:
 def global_maximums(workers: Sequence[WorkerInstance]) -> list[tuple[int, str]]:
     """The global maximums the Σ min_workers rule applies to: ``(value, where it comes from)``."""
     found: list[tuple[int, str]] = []
-    configured = awa_settings.GLOBAL_MAX_WORKERS
+    configured = awa_settings().GLOBAL_MAX_WORKERS
     if isinstance(configured, int) and not isinstance(configured, bool) and configured >= 1:
         found.append((configured, "AWA['GLOBAL_MAX_WORKERS']"))
     for worker in workers:

@@ -18,6 +18,7 @@ Every limit lives here, and the README states them:
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,8 @@ MAX_JSON_DEPTH = 100
 MAX_JSON_BYTES = 16 * 1024 * 1024
 BRIEF_LENGTH = 300
 _BRIEF_DEPTH = 6
+
+logger = logging.getLogger(__name__)
 
 # Lone surrogates (U+D800..U+DFFF) are not Unicode scalar values: UTF-8 cannot encode them and
 # jsonb refuses their \\u escapes. They arrive from bytes decoded with errors="surrogateescape".
@@ -127,16 +130,21 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def _compact_json_encoder() -> Callable[[Any], str]:
-    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``, built once.
+def compact_json_encoder() -> tuple[Callable[[Any], str], str]:
+    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``, built once, and which encoder
+    it is: "c" (the ``_json`` extension) or "python".
 
     json.dumps with non-default options builds a new encoder for every call, which is most of the
-    cost of validating a bulk enqueue; this keeps one C encoder when the interpreter has it.
+    cost of validating a bulk enqueue; this keeps one C encoder when the interpreter has it. The
+    C encoder is reached through a private name (``json.encoder.c_make_encoder``): if a Python
+    release renames it, this falls back to the pure-Python encoder, logs a warning, and
+    tests/test_validation_json.py fails, so the slowdown is never silent.
     """
     encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
     make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - pure-Python json
-        return encoder.encode
+    if make is None:
+        logger.warning("json_encoder=python reason=%s", "json.encoder.c_make_encoder is missing: enqueue is slower")
+        return encoder.encode, "python"
     # No circular-reference markers (a shared dict could keep stale ids after a failed call): the
     # walk before encoding reports a cycle as nesting beyond MAX_JSON_DEPTH.
     c_encode = make(None, encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
@@ -144,10 +152,10 @@ def _compact_json_encoder() -> Callable[[Any], str]:
     def encode(value: Any) -> str:
         return "".join(c_encode(value, 0))
 
-    return encode
+    return encode, "c" if type(c_encode).__module__ == "_json" else "python"
 
 
-to_json = _compact_json_encoder()
+to_json, JSON_ENCODER = compact_json_encoder()
 
 
 def _string_problem(value: str) -> str | None:

@@ -34,7 +34,7 @@ from awa_django.concurrency.limits import QueueLimits, QueueLimitsLike
 from awa_django.concurrency.permits import Permit, PermitKind
 from awa_django.concurrency.pool import OverflowPool
 from awa_django.concurrency.slots import Slots
-from awa_django.concurrency.validation import validate_capacity
+from awa_django.concurrency.validation import check_count, validate_capacity
 from awa_django.exceptions import ConfigurationError
 
 Mode = Literal["hard_reserved", "weighted"]
@@ -234,8 +234,7 @@ class Allocator:
         gives shared capacity back first.
         """
         state = self._active(queue)
-        if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
-            raise ValueError(f"wanted must be an integer of at least 0, got {wanted!r}")
+        check_count("wanted", wanted)
         if self._pool is None:
             granted = state.slots.try_acquire(wanted)
             state.demand = wanted - granted

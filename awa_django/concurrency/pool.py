@@ -47,6 +47,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key
 
+from awa_django.concurrency.validation import check_count, is_int
 from awa_django.exceptions import InvalidWeightError
 
 # A queue that stays away forgets its debt by half every DEBT_HALF_LIFE seconds: enough to stop a
@@ -73,14 +74,9 @@ def _rank_order(a: _RankKey, b: _RankKey) -> int:
 _RANK = cmp_to_key(_rank_order)
 
 
-def _check_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer of at least 0, got {value!r}")
-
-
 def _checked_weights(weights: Mapping[str, int]) -> dict[str, int]:
     for queue, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        if not (is_int(weight) and weight >= 1):
             raise InvalidWeightError(queue, weight)
     return dict(weights)
 
@@ -117,7 +113,7 @@ class OverflowPool:
     __slots__ = ("_cache", "_contenders", "_entries", "_held_total", "_now", "_remainder", "_total", "_version")
 
     def __init__(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
-        _check_count("total", total)
+        check_count("total", total)
         self._total = total
         self._entries: dict[str, _Entry] = {q: _Entry(w) for q, w in _checked_weights(weights).items()}
         self._contenders: dict[str, _Entry] = {}
@@ -214,7 +210,7 @@ class OverflowPool:
         """Of `returning` permits the queue is about to give back, how many it may keep for its
         next jobs: as many as `try_acquire` would grant right after they came back."""
         entry = self._known(queue)
-        _check_count("returning", returning)
+        check_count("returning", returning)
         if returning > entry.held:
             raise ValueError(f"queue {queue!r} cannot return {returning} overflow permits: it holds {entry.held}")
         now = self._advance(now)
@@ -233,7 +229,7 @@ class OverflowPool:
         contending (and forgets its credit).
         """
         entry = self._known(queue)
-        _check_count("wanted", wanted)
+        check_count("wanted", wanted)
         now = self._advance(now)
         self._set_demand(entry, queue, wanted, now)
         if wanted == 0:
@@ -253,7 +249,7 @@ class OverflowPool:
         """Give `n` permits back. A queue that still has demand could use the freed slots, so
         its cap (and every share) stays as it was; one without demand shrinks to what it holds."""
         entry = self._entry(queue, removed_ok=True)
-        _check_count("n", n)
+        check_count("n", n)
         if n > entry.held:
             raise ValueError(f"queue {queue!r} cannot release {n} overflow permits: it holds {entry.held}")
         if n == 0:
@@ -277,8 +273,8 @@ class OverflowPool:
         accounts each round's holding to the shares in force during it."""
         for queue, (held, demand) in uses.items():
             self._known(queue)
-            _check_count("held", held)
-            _check_count("demand", demand)
+            check_count("held", held)
+            check_count("demand", demand)
         now = self._advance(now)
         self._settle_all(now)
         for queue, (held, demand) in uses.items():
@@ -296,7 +292,7 @@ class OverflowPool:
         Permits already held stay held and are released normally; a queue removed from
         `weights` keeps its held count (it still uses up the pool) until it releases it.
         """
-        _check_count("total", total)
+        check_count("total", total)
         new_weights = _checked_weights(weights)
         now = self._advance(now)
         self._settle_all(now)

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import math
 
+from awa_django.concurrency.validation import check_count, is_int, is_positive_rate
 from awa_django.exceptions import InvalidRateLimitError, InvalidWorkersError
 
 # Refill arithmetic is in floats; a token that is 1e-9 short of whole is counted as whole,
 # so 0.1 s at 10/s always yields one token whatever the rounding of the clock values.
 _EPSILON = 1e-9
-
-
-def _check_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer of at least 0, got {value!r}")
 
 
 class TokenBucket:
@@ -49,7 +45,7 @@ class TokenBucket:
 
     def take(self, wanted: int, now: float) -> int:
         """Refill up to `now`, then take up to `wanted` whole tokens; return how many."""
-        _check_count("wanted", wanted)
+        check_count("wanted", wanted)
         self._advance(now)
         granted = min(wanted, math.floor(self._tokens + _EPSILON))
         self._tokens = max(0.0, self._tokens - granted)
@@ -57,7 +53,7 @@ class TokenBucket:
 
     def refund(self, n: int) -> None:
         """Give back `n` tokens taken for permits the database did not fill (capped at burst)."""
-        _check_count("n", n)
+        check_count("n", n)
         self._tokens = min(float(self._burst), self._tokens + n)
 
     def seconds_until(self, n: int, now: float) -> float:
@@ -65,7 +61,7 @@ class TokenBucket:
 
         Raises ValueError when `n` exceeds the burst: that many can never be available at once.
         """
-        _check_count("n", n)
+        check_count("n", n)
         if n > self._burst:
             raise ValueError(f"{n} tokens can never be available at once: the burst is {self._burst}")
         missing = n - self._refilled(now)
@@ -89,14 +85,9 @@ class TokenBucket:
         self._max_rate, self._burst = new_rate, new_burst
 
     def _checked(self, max_rate: float, burst: int) -> tuple[float, int]:
-        if (
-            isinstance(max_rate, bool)
-            or not isinstance(max_rate, int | float)
-            or not math.isfinite(max_rate)
-            or max_rate <= 0
-        ):
+        if not is_positive_rate(max_rate):
             raise InvalidRateLimitError(self._queue, max_rate)
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+        if not (is_int(burst) and burst >= 0):
             raise InvalidWorkersError(self._queue, "rate_burst", burst, 0)
         return float(max_rate), burst or math.ceil(max_rate)
 

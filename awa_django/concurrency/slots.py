@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-
-def _check_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer of at least 0, got {value!r}")
+from awa_django.concurrency.validation import check_count
 
 
 class Slots:
@@ -20,7 +17,7 @@ class Slots:
     __slots__ = ("_capacity", "_in_use")
 
     def __init__(self, capacity: int) -> None:
-        _check_count("capacity", capacity)
+        check_count("capacity", capacity)
         self._capacity = capacity
         self._in_use = 0
 
@@ -41,18 +38,18 @@ class Slots:
 
     def try_acquire(self, wanted: int) -> int:
         """Take up to `wanted` permits; return how many were granted (possibly 0)."""
-        _check_count("wanted", wanted)
+        check_count("wanted", wanted)
         granted = min(wanted, self.available)
         self._in_use += granted
         return granted
 
     def release(self, n: int = 1) -> None:
-        _check_count("n", n)
+        check_count("n", n)
         if n > self._in_use:
             raise ValueError(f"cannot release {n} permits: only {self._in_use} are in use")
         self._in_use -= n
 
     def resize(self, capacity: int) -> None:
         """Change the capacity; permits already held stay held."""
-        _check_count("capacity", capacity)
+        check_count("capacity", capacity)
         self._capacity = capacity

@@ -17,19 +17,31 @@ from awa_django.exceptions import (
 )
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
+    """An int that is not a bool (``True`` is an int to Python, never a count to us)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_positive_rate(value: object) -> bool:
+def is_positive_rate(value: object) -> bool:
+    """A finite number of jobs per second above 0 (a bool is not a number here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return math.isfinite(value) and value > 0
 
 
+def check_count(name: str, value: object) -> None:
+    """Raise ValueError naming `name` unless `value` is an integer of at least 0.
+
+    The argument check of every count the pool, the slots, the token bucket and the
+    allocator take (permits wanted, released, held, a capacity).
+    """
+    if not (is_int(value) and value >= 0):
+        raise ValueError(f"{name} must be an integer of at least 0, got {value!r}")
+
+
 def check_global_max_workers(global_max_workers: object) -> ConfigurationError | None:
     """The error for an unusable global maximum, or None (None itself means hard-reserved mode)."""
-    if global_max_workers is None or (_is_int(global_max_workers) and global_max_workers >= 1):
+    if global_max_workers is None or (is_int(global_max_workers) and global_max_workers >= 1):
         return None
     return ConfigurationError(
         f"global_max_workers {global_max_workers!r} is invalid; it must be an integer of at least 1, "
@@ -40,15 +52,15 @@ def check_global_max_workers(global_max_workers: object) -> ConfigurationError |
 def collect_queue_errors(queue: str, limits: QueueLimitsLike) -> list[ConfigurationError]:
     """Every problem with one queue's own settings (the rules that need no other queue)."""
     errors: list[ConfigurationError] = []
-    if not (_is_int(limits.max_workers) and limits.max_workers >= 1):
+    if not (is_int(limits.max_workers) and limits.max_workers >= 1):
         errors.append(InvalidWorkersError(queue, "max_workers", limits.max_workers, 1))
-    if not (_is_int(limits.min_workers) and limits.min_workers >= 0):
+    if not (is_int(limits.min_workers) and limits.min_workers >= 0):
         errors.append(InvalidWorkersError(queue, "min_workers", limits.min_workers, 0))
-    if not (_is_int(limits.weight) and limits.weight >= 1):
+    if not (is_int(limits.weight) and limits.weight >= 1):
         errors.append(InvalidWeightError(queue, limits.weight))
-    if limits.rate_limit is not None and not _is_positive_rate(limits.rate_limit):
+    if limits.rate_limit is not None and not is_positive_rate(limits.rate_limit):
         errors.append(InvalidRateLimitError(queue, limits.rate_limit))
-    if not (_is_int(limits.rate_burst) and limits.rate_burst >= 0):
+    if not (is_int(limits.rate_burst) and limits.rate_burst >= 0):
         errors.append(InvalidWorkersError(queue, "rate_burst", limits.rate_burst, 0))
     return errors
 
@@ -68,7 +80,7 @@ def collect_capacity_errors(
     for queue, limits in queues.items():
         errors.extend(collect_queue_errors(queue, limits))
     if global_max_workers is not None and global_error is None:
-        sum_min = sum(q.min_workers for q in queues.values() if _is_int(q.min_workers) and q.min_workers >= 0)
+        sum_min = sum(q.min_workers for q in queues.values() if is_int(q.min_workers) and q.min_workers >= 0)
         if sum_min > global_max_workers:
             errors.append(MinWorkersExceedGlobalError(sum_min, global_max_workers))
     return errors

@@ -36,7 +36,7 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
     """{metric name: [(labels, value)]} read from the database now (four ORM queries)."""
     from awa_django.models import Job, Queue, WorkerInstance
 
-    alias = str(awa_settings.DATABASE_ALIAS)
+    alias = awa_settings().DATABASE_ALIAS
     now = timezone.now()
     queues = {q.name: q.paused for q in Queue.objects.using(alias).only("name", "paused")}
     counts = {
@@ -56,7 +56,7 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
         .order_by()
     }
     names = sorted(set(queues) | {queue for queue, _ in counts} | set(oldest))
-    staleness = timedelta(seconds=float(awa_settings.HEARTBEAT_STALENESS))
+    staleness = timedelta(seconds=awa_settings().HEARTBEAT_STALENESS)
     live = list(
         WorkerInstance.objects.using(alias).filter(last_seen_at__gte=now - staleness).values_list("flags", flat=True)
     )
@@ -106,7 +106,7 @@ def exposition() -> bytes:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    token = awa_settings.METRICS_TOKEN
+    token = awa_settings().METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):

@@ -58,7 +58,7 @@ def _differences(job: Job, kind: str | None, args: dict[str, Any] | None, queue:
 def _waiting(using: str | None) -> list[Job]:
     from awa_django.models import Job
 
-    alias = using or str(awa_settings.DATABASE_ALIAS)
+    alias = using or awa_settings().DATABASE_ALIAS
     return list(Job.objects.using(alias).filter(state__in=WAITING_STATES).order_by("id"))
 
 

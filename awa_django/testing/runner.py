@@ -167,7 +167,7 @@ def run_jobs(
     """
     _check_arguments(queue, limit, now)
     kind_name = _kind_name(kind)
-    alias = using or str(awa_settings.DATABASE_ALIAS)
+    alias = using or awa_settings().DATABASE_ALIAS
     cutoff = now if now is not None else database_now(alias)
     runs: list[JobRun] = []
     while limit is None or len(runs) < limit:

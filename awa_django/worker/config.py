@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
+from awa_django import defaults
 from awa_django.concurrency import validate_capacity
-from awa_django.conf import awa_settings
+from awa_django.conf import CAPACITY_SCOPES, awa_settings
 from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import ConfigurationError
 
@@ -53,27 +54,24 @@ def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
-CAPACITY_SCOPES = ("process", "cluster")
-
-
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a ``Worker`` needs; built and validated before the event loop starts."""
 
     queues: dict[str, QueueConfig]
     global_max_workers: int | None = None
-    poll_interval: float = 1.0
-    heartbeat_interval: float = 5.0
-    heartbeat_staleness: float = 30.0
-    shutdown_timeout: float = 30.0
-    completed_retention: float = 86400.0
-    failed_retention: float = 7 * 86400.0
+    poll_interval: float = defaults.POLL_INTERVAL_DEFAULT
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL_DEFAULT
+    heartbeat_staleness: float = defaults.HEARTBEAT_STALENESS_DEFAULT
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT_DEFAULT
+    completed_retention: float = defaults.COMPLETED_RETENTION_DEFAULT
+    failed_retention: float = defaults.FAILED_RETENTION_DEFAULT
     maintenance_interval: float = 0.5
     reconfigure_interval: float = 1.0
-    sync_threads: int = 10
-    pool_size: int = 4
+    sync_threads: int = defaults.SYNC_THREADS_DEFAULT
+    pool_size: int = defaults.POOL_SIZE_DEFAULT
     listen: bool = True
-    database_alias: str = "default"
+    database_alias: str = defaults.DATABASE_ALIAS_DEFAULT
     # "process": the capacity settings hold in this process; "cluster": for every live worker
     # together, through caps the maintenance leader publishes (see awa_django.concurrency.cluster).
     capacity_scope: str = "process"
@@ -127,19 +125,20 @@ def build_config(
     """
     rows = {row["name"]: QueueConfig.from_row(row) for row in queue_rows}
     names = list(dict.fromkeys(queues)) if queues else sorted(set(rows) | set(handler_queues))
+    current = awa_settings()
     values: dict[str, Any] = {
-        "global_max_workers": awa_settings.GLOBAL_MAX_WORKERS,
-        "poll_interval": awa_settings.POLL_INTERVAL,
-        "heartbeat_interval": awa_settings.HEARTBEAT_INTERVAL,
-        "heartbeat_staleness": awa_settings.HEARTBEAT_STALENESS,
-        "shutdown_timeout": awa_settings.SHUTDOWN_TIMEOUT,
-        "completed_retention": awa_settings.COMPLETED_RETENTION,
-        "failed_retention": awa_settings.FAILED_RETENTION,
-        "sync_threads": awa_settings.SYNC_THREADS,
-        "pool_size": awa_settings.POOL_SIZE,
-        "listen": awa_settings.listen_enabled,
-        "database_alias": awa_settings.DATABASE_ALIAS,
-        "capacity_scope": awa_settings.CAPACITY_SCOPE,
+        "global_max_workers": current.GLOBAL_MAX_WORKERS,
+        "poll_interval": current.POLL_INTERVAL,
+        "heartbeat_interval": current.HEARTBEAT_INTERVAL,
+        "heartbeat_staleness": current.HEARTBEAT_STALENESS,
+        "shutdown_timeout": current.SHUTDOWN_TIMEOUT,
+        "completed_retention": current.COMPLETED_RETENTION,
+        "failed_retention": current.FAILED_RETENTION,
+        "sync_threads": current.SYNC_THREADS,
+        "pool_size": current.POOL_SIZE,
+        "listen": current.listen_enabled,
+        "database_alias": current.DATABASE_ALIAS,
+        "capacity_scope": current.CAPACITY_SCOPE,
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     for key in ("completed_retention", "failed_retention"):

@@ -47,7 +47,7 @@ def connection_kwargs(alias: str) -> dict[str, Any]:
     # statements gain from them, so keep psycopg's default unless OPTIONS asks otherwise, or the
     # settings say a transaction pooler stands in between (a statement prepared in one server
     # session does not exist in the next: "prepared statement "_pg3_0" does not exist").
-    if not awa_settings.use_prepared_statements:
+    if not awa_settings().use_prepared_statements:
         params["prepare_threshold"] = None
     elif "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
         params.pop("prepare_threshold", None)
@@ -62,8 +62,9 @@ async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnec
     kwargs = connection_kwargs(alias)
     if purpose is not None:
         kwargs["application_name"] = f"{kwargs['application_name']}:{purpose}"
-    if purpose == LISTEN_PURPOSE and awa_settings.LISTEN_DATABASE_URL:
-        return await psycopg.AsyncConnection.connect(str(awa_settings.LISTEN_DATABASE_URL), **listen_kwargs(kwargs))
+    listen_url = awa_settings().LISTEN_DATABASE_URL
+    if purpose == LISTEN_PURPOSE and listen_url:
+        return await psycopg.AsyncConnection.connect(listen_url, **listen_kwargs(kwargs))
     return await psycopg.AsyncConnection.connect(**kwargs)
 
 

@@ -75,7 +75,7 @@ class Maintenance:
         self.scheduler = Scheduler()
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
         self.election: Election = election_for(
-            worker.instance_id, worker.config.heartbeat_staleness, transaction_pooler=awa_settings.transaction_pooler
+            worker.instance_id, worker.config.heartbeat_staleness, transaction_pooler=awa_settings().transaction_pooler
         )
 
     async def close(self) -> None:

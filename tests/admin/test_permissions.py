@@ -134,3 +134,34 @@ def test_job_detail__view_only_staff_see_no_action_buttons(users: dict[str, User
     assert viewer.status_code == editor.status_code == 200
     assert b"Retry now" not in viewer.content
     assert b"Retry now" in editor.content
+
+
+def test_dashboard__staff_who_may_view_jobs_only_may_view_it(db: None) -> None:
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("jobs_viewer", password=None, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job", content_type__app_label="awa"))
+    client = client_for(user)
+
+    assert client.get(reverse("admin:awa_dashboard")).status_code == 200
+    assert client.get(reverse("admin:awa_dashboard_data")).status_code == 200
+
+
+def test_dashboard__on_a_site_without_the_job_admin_needs_the_queue_view_permission(db: None) -> None:
+    from django.contrib.admin import AdminSite
+    from django.contrib.auth.models import Permission
+    from django.core.exceptions import PermissionDenied
+    from django.test import RequestFactory
+
+    from awa_django.admin import QueueAdmin
+
+    site = AdminSite(name="queues_only")
+    site.register(Queue, QueueAdmin)
+    queue_admin = site.get_model_admin(Queue)
+    user = User.objects.create_user("jobs_viewer", password=None, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job", content_type__app_label="awa"))
+    request = RequestFactory().get("/queues_only/awa/queue/dashboard/data/")
+    request.user = user
+
+    with pytest.raises(PermissionDenied):
+        queue_admin.dashboard_data_view(request)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 from argparse import ArgumentParser
@@ -14,7 +13,8 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
-from awa_django.conf import awa_settings
+from awa_django.conf import CAPACITY_SCOPES, AwaSettings, InvalidSettingsError, awa_settings
+from awa_django.defaults import NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
 from awa_django.observability.sink import MetricsSink, load_sink
@@ -26,17 +26,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def command_settings() -> AwaSettings:
+    """``awa_settings()``, with a bad value as the CommandError the command exits with."""
+    try:
+        return awa_settings()
+    except InvalidSettingsError as exc:
+        raise CommandError(str(exc)) from exc
+
+
 def database_wait_timeout(option: float | None) -> float:
-    """--wait-for-database, else AWA["DATABASE_WAIT_TIMEOUT"], validated: seconds, 0 or more."""
+    """--wait-for-database, else AWA["DATABASE_WAIT_TIMEOUT"] (seconds, 0 or more)."""
     if option is not None:
         return option
-    value = awa_settings.DATABASE_WAIT_TIMEOUT
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise CommandError(
-            f"AWA['DATABASE_WAIT_TIMEOUT'] is {value!r}; it must be a number of seconds, 0 or more "
-            "(0 = do not wait): fix the setting, or pass --wait-for-database SECONDS"
-        )
-    return float(value)
+    return command_settings().DATABASE_WAIT_TIMEOUT
 
 
 def _describe_database(alias: str) -> str:
@@ -137,7 +139,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--capacity-scope",
-            choices=["process", "cluster"],
+            choices=list(CAPACITY_SCOPES),
             help="process: the capacity settings hold in this process (default); cluster: for every "
             "live worker together (AWA['CAPACITY_SCOPE'])",
         )
@@ -174,18 +176,19 @@ class Command(BaseCommand):
         from awa_django.registry import registry
         from awa_django.worker import Worker, build_config
 
+        command_settings()  # every bad AWA value as a CommandError, before anything starts
         self._configure_logging(options["verbosity"])
         queues = options["queues"]
         if queues:
-            bad = [q for q in queues if not q.strip() or len(q) > 255]
+            bad = [q for q in queues if not q.strip() or len(q) > NAME_MAX_LENGTH]
             if bad:
-                raise CommandError(f"invalid queue name {bad[0]!r}: use 1 to 255 characters")
+                raise CommandError(f"invalid queue name {bad[0]!r}: use 1 to {NAME_MAX_LENGTH} characters")
             for name in queues:
                 problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
         metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
-        alias = str(awa_settings.DATABASE_ALIAS)
+        alias = awa_settings().DATABASE_ALIAS
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic()
         rows = with_database(alias, timeout, "reading the Queue rows", _read_queue_rows, started=started)
@@ -272,20 +275,17 @@ class Command(BaseCommand):
 def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
     """The sink from --metrics/--metrics-port or AWA['METRICS']/AWA['METRICS_PORT'], serving its
     port if one is set; every mistake is a CommandError naming the value and the fix."""
-    listen_port = port_option if port_option is not None else awa_settings.METRICS_PORT
-    if listen_port is not None and (
-        isinstance(listen_port, bool) or not isinstance(listen_port, int) or not 1 <= listen_port <= 65535
-    ):
-        raise CommandError(f"AWA['METRICS_PORT'] is {listen_port!r}; use a port number from 1 to 65535, or None")
+    current = command_settings()
+    listen_port = port_option if port_option is not None else current.METRICS_PORT
     if name is None:
-        name = awa_settings.METRICS
-        if (name is None or name == "none") and listen_port is not None:
+        name = current.METRICS
+        if name == "none" and listen_port is not None:
             name = "prometheus"  # a port to serve on says what is wanted
-    addr = awa_settings.METRICS_ADDR
+    addr = current.METRICS_ADDR
     try:
         sink = load_sink(name)
         if listen_port is not None:
-            sink.serve(listen_port, str(addr))
+            sink.serve(listen_port, addr)
     except ConfigurationError as exc:
         raise CommandError(str(exc)) from exc
     return sink
@@ -306,5 +306,5 @@ def _read_queue_rows() -> list[dict[str, Any]]:
             "deadline_seconds": queue.deadline.total_seconds() if queue.deadline else None,
             "priority_aging_seconds": queue.priority_aging.total_seconds() if queue.priority_aging else None,
         }
-        for queue in Queue.objects.using(str(awa_settings.DATABASE_ALIAS))
+        for queue in Queue.objects.using(awa_settings().DATABASE_ALIAS)
     ]

@@ -1,0 +1,145 @@
+"""The job queue dashboard: its two views (the page, and the JSON it refreshes itself from) and the
+data they show, read in five queries through ``awa_django.services``.
+
+``DashboardMixin`` adds the views to the Queue admin, under its URLs (``admin:awa_dashboard``,
+``admin:awa_dashboard_data``); whoever may view queues, or jobs, may view the dashboard.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.admin.exceptions import NotRegistered
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from awa_django import services
+from awa_django.admin_charts import Chart, build_chart
+from awa_django.conf import awa_settings
+from awa_django.models import Job, JobState, Queue, WorkerInstance
+
+if TYPE_CHECKING:
+    _QueueAdminBase = admin.ModelAdmin[Queue]
+else:  # ModelAdmin is generic for the type checker only
+    _QueueAdminBase = admin.ModelAdmin
+
+REFRESH_SECONDS = 5  # how often the dashboard page asks for fresh data
+
+
+class DashboardMixin(_QueueAdminBase):
+    """The dashboard's views, for the Queue admin."""
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="awa_dashboard"),
+            path("dashboard/data/", self.admin_site.admin_view(self.dashboard_data_view), name="awa_dashboard_data"),
+        ]
+        return custom + super().get_urls()
+
+    def _check_dashboard_permission(self, request: HttpRequest) -> None:
+        if self.has_view_permission(request):
+            return
+        try:
+            job_admin = self.admin_site.get_model_admin(Job)
+        except NotRegistered:  # a site that shows queues but not jobs
+            raise PermissionDenied from None
+        if not job_admin.has_view_permission(request):
+            raise PermissionDenied
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard_permission(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Job queue dashboard",
+            "opts": self.opts,
+            "awa_data_url": reverse("admin:awa_dashboard_data", current_app=self.admin_site.name),
+            "awa_refresh_seconds": REFRESH_SECONDS,
+            **dashboard_context(),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/awa/dashboard.html", context)
+
+    def dashboard_data_view(self, request: HttpRequest) -> JsonResponse:
+        self._check_dashboard_permission(request)
+        context = dashboard_context()
+        payload = dashboard_json(context)
+        payload["html"] = render_to_string("admin/awa/_dashboard_body.html", context, request=request)
+        response = JsonResponse(payload)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+def dashboard_context() -> dict[str, Any]:
+    """Everything the dashboard shows, in five queries: workers, queues, counts, throughput."""
+    now = timezone.now()
+    workers = services.live_workers(now=now)
+    stats = services.queue_stats(None, workers=workers)
+    flow = services.throughput(60, now=now)
+    empty = [0] * flow.minutes
+    queues = []
+    for name, entry in stats.items():
+        series = flow.series.get(name, {})
+        completed, failed = series.get(JobState.COMPLETED, empty), series.get(JobState.FAILED, empty)
+        queues.append(
+            {
+                "stats": entry,
+                "age": services.format_age(entry.oldest_available_age(now)),
+                "chart": build_chart(completed, failed, flow.start, width=150, height=30, axes=False),
+                "completed": sum(completed),
+                "failed": sum(failed),
+            }
+        )
+    configured = awa_settings().GLOBAL_MAX_WORKERS
+    return {
+        "awa_now": now,
+        "awa_queues": queues,
+        "awa_workers": [_worker_row(w, now) for w in workers],
+        "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
+        "awa_configured_mode": "weighted" if configured else "hard-reserved",
+        "awa_configured_global_max": configured,
+        "awa_stale_after": services.default_stale_after(),
+    }
+
+
+def _worker_row(worker: WorkerInstance, now: datetime) -> dict[str, Any]:
+    flags = worker.flags if isinstance(worker.flags, dict) else {}
+    capacities = services._capacities([worker])
+    return {
+        "worker": worker,
+        "mode": worker.mode.replace("_", "-"),
+        "healthy": services.worker_healthy(worker),
+        "seen_ago": services.format_age(now - worker.last_seen_at),
+        "up_for": services.format_age(now - worker.started_at),
+        "flags": flags,
+        "queues": [(name, caps[0]) for name, caps in sorted(capacities.items())],
+    }
+
+
+def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
+    now = context["awa_now"]
+    chart: Chart = context["awa_chart"]
+    return {
+        "generated_at": now.isoformat(),
+        "queues": [q["stats"].as_dict(now) | {"completed_last_hour": q["completed"], "failed_last_hour": q["failed"]}
+                   for q in context["awa_queues"]],
+        "workers": [
+            {
+                "worker": str(w["worker"]),
+                "instance_id": str(w["worker"].instance_id),
+                "mode": w["worker"].mode,
+                "global_max_workers": w["worker"].global_max_workers,
+                "last_seen_at": w["worker"].last_seen_at.isoformat(),
+                "healthy": w["healthy"],
+                "flags": w["flags"],
+                "queues": {name: cap.__dict__ | {"describe": cap.describe()} for name, cap in w["queues"]},
+            }
+            for w in context["awa_workers"]
+        ],
+        "last_hour": {"completed": chart.completed, "failed": chart.failed},
+    }  # fmt: skip

@@ -1,0 +1,124 @@
+"""awa_django.conf: settings.AWA as one typed object, built once per value, every rule in one place."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from awa_django.checks import check_settings
+from awa_django.conf import DEFAULTS, AwaSettings, InvalidSettingsError, awa_settings, build, find_problems
+
+
+class Junk:
+    """A value no setting accepts."""
+
+    def __repr__(self) -> str:
+        return "<junk>"
+
+
+@pytest.mark.parametrize("key", sorted(DEFAULTS))
+def test_find_problems__every_setting_has_a_rule_that_names_key_and_value(key: str) -> None:
+    [problem] = find_problems({key: Junk()})
+
+    assert problem.key == key
+    assert problem.id.startswith("awa.E")
+    assert "<junk>" in problem.message
+    assert key in problem.message
+    assert problem.hint
+
+
+def test_build__no_settings_is_the_declared_defaults_without_problems() -> None:
+    current, problems = build({})
+
+    assert problems == []
+    assert current == AwaSettings()
+    assert {f.name: getattr(current, f.name) for f in fields(AwaSettings)} == DEFAULTS
+
+
+def test_build__values_take_their_declared_types() -> None:
+    current, problems = build(
+        {"POLL_INTERVAL": 2, "SHUTDOWN_TIMEOUT": 3, "COMPLETED_RETENTION": 60, "FAILED_RETENTION": timedelta(hours=1)}
+    )
+
+    assert problems == []
+    assert current.POLL_INTERVAL == 2.0 and isinstance(current.POLL_INTERVAL, float)
+    assert isinstance(current.SHUTDOWN_TIMEOUT, float)
+    assert current.COMPLETED_RETENTION == timedelta(seconds=60)
+    assert current.FAILED_RETENTION == timedelta(hours=1)
+
+
+def test_build__a_bad_value_keeps_the_default_and_is_reported() -> None:
+    current, problems = build({"POOL_SIZE": 0, "SYNC_THREADS": 3})
+
+    assert [(p.key, p.id) for p in problems] == [("POOL_SIZE", "awa.E006")]
+    assert current.POOL_SIZE == DEFAULTS["POOL_SIZE"]
+    assert current.SYNC_THREADS == 3
+
+
+def test_build__metrics_none_reads_as_none() -> None:
+    current, problems = build({"METRICS": None})
+
+    assert problems == []
+    assert current.METRICS == "none"
+
+
+def test_awa_settings__built_once_and_rebuilt_when_override_settings_changes_awa() -> None:
+    before = awa_settings()
+    assert awa_settings() is before
+
+    with override_settings(AWA={"POLL_INTERVAL": 0.25, "GLOBAL_MAX_WORKERS": 7}):
+        inside = awa_settings()
+        assert (inside.POLL_INTERVAL, inside.GLOBAL_MAX_WORKERS) == (0.25, 7)
+        assert awa_settings() is inside
+
+    after = awa_settings()
+    assert after == before
+    assert after.POLL_INTERVAL == DEFAULTS["POLL_INTERVAL"]
+
+
+def test_awa_settings__settings_fixture_changes_take_effect(settings) -> None:
+    settings.AWA = {"DATABASE_ALIAS": "jobs", "MAX_TAGS": 3}
+
+    assert (awa_settings().DATABASE_ALIAS, awa_settings().MAX_TAGS) == ("jobs", 3)
+
+
+@override_settings(AWA={"POLL_INTERVAL": -1, "POOLER": "session"})
+def test_awa_settings__bad_values_raise_naming_each_value_and_check_id() -> None:
+    with pytest.raises(InvalidSettingsError) as caught:
+        awa_settings()
+
+    assert isinstance(caught.value, ImproperlyConfigured)
+    assert [p.key for p in caught.value.problems] == ["POLL_INTERVAL", "POOLER"]
+    text = str(caught.value)
+    assert "AWA['POLL_INTERVAL'] is -1" in text and "[awa.E003]" in text
+    assert "AWA['POOLER'] is 'session'" in text and "[awa.E012]" in text
+
+
+@override_settings(AWA={"POLL_INTERVAL": -1})
+def test_awa_settings__a_bad_value_is_raised_again_until_fixed() -> None:
+    for _ in range(2):  # a failed build is not cached as a good one
+        with pytest.raises(InvalidSettingsError):
+            awa_settings()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("DATABASE_WAIT_TIMEOUT", -1),
+        ("METRICS_PORT", 70000),
+        ("LISTEN", "no"),
+        ("METRICS_ADDR", ""),
+        ("METRICS_TOKEN", 42),
+        ("METRICS", 3),
+    ],
+)
+def test_check_settings__values_checked_only_where_used_before_are_e015(key: str, value: object) -> None:
+    with override_settings(AWA={key: value}):
+        messages = check_settings()
+
+    assert [m.id for m in messages] == ["awa.E015"]
+    assert f"AWA[{key!r}] is {value!r}" in messages[0].msg
