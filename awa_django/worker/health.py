@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from awa_django import defaults
 from awa_django.concurrency import Allocator
 from awa_django.sql import statements
 from awa_django.worker.completer import WRITE_ERRORS
@@ -64,7 +65,7 @@ class SnapshotHost(Protocol):
 
 def snapshot_interval(config: WorkerConfig) -> float:
     """Seconds between snapshot writes (``services.snapshot_interval`` mirrors this for readers)."""
-    return min(config.heartbeat_interval, 5.0)
+    return min(config.heartbeat_interval, defaults.SNAPSHOT_INTERVAL_MAX)
 
 
 class SnapshotWriter:

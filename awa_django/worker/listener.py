@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from awa_django import defaults
 from awa_django.concurrency import Allocator
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
 from awa_django.worker.config import WorkerConfig
@@ -67,7 +68,7 @@ class WakeHost(Protocol):
 def listen_check_interval(config: WorkerConfig) -> float:
     """How often the LISTEN connection proves it works (a self-NOTIFY round trip); a check not
     answered within one interval means the connection is dead or half-open."""
-    return max(0.2, min(config.heartbeat_interval, 5.0))
+    return max(0.2, min(config.heartbeat_interval, defaults.SNAPSHOT_INTERVAL_MAX))
 
 
 class BacklogProbe:
