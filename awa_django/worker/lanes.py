@@ -10,14 +10,15 @@ Jobs can become available behind a cursor: a scheduled or retryable job promoted
 released at shutdown, aged into a higher lane, retried from the admin, inserted with a past run_at,
 or inserted by a transaction that committed after later jobs were claimed. The worker's
 look-behind (worker/lookbehind.py) finds them off the claim path: one query for every lane of
-every queue, at most every ``LOOK_BEHIND_EVERY`` seconds and at least ``LOOK_BEHIND_COST_FACTOR``
-times as long apart as the last one took, returning each lane's first due, available job behind
-its cursor. ``found_behind`` turns that into a *rewind*: the next claim of the queue (the
-dispatcher's own or a hand-over) starts that lane just before the job found, so it takes what lies
-behind in (run_at, id) order, walking only the dead entries between the job found and the cursor,
-never those before it. Nothing else depends on the cursor: it only says where a scan starts, the
-claim's own ``FOR UPDATE SKIP LOCKED`` still decides who takes a row, so a stale or rewound cursor
-can cost a longer scan or a later pickup, never a job skipped for good or claimed twice.
+every queue, returning each lane's first due, available job behind its cursor; a frequent window
+look covers the few seconds before each cursor and a rarer full look the whole lane, each at least
+``LOOK_BEHIND_COST_FACTOR`` times as long apart as its last run took. ``found_behind`` turns
+that into a *rewind*: the next claim of the queue (the dispatcher's own or a hand-over) starts
+that lane just before the job found, so it takes what lies behind in (run_at, id) order,
+walking only the dead entries between the job found and the cursor, never those before it.
+Nothing else depends on the cursor: it only says where a scan starts, the claim's own
+``FOR UPDATE SKIP LOCKED`` still decides who takes a row, so a stale or rewound cursor can cost a
+longer scan or a later pickup, never a job skipped for good or claimed twice.
 
 Pure: no I/O.
 """
@@ -30,11 +31,17 @@ from typing import Any
 
 LANES = 4  # priorities 1 (highest) .. 4, the range awa_job_priority_range allows
 
-# The look-behind runs at most this often (seconds): how long a job made available behind a cursor
-# waits when vacuum keeps up and the look is cheap ...
-LOOK_BEHIND_EVERY = 0.1
-# ... and at least this many times its own duration apart, so it costs the database at most about
-# 1/LOOK_BEHIND_COST_FACTOR of a connection's time however many dead entries it walks.
+# The look-behind's two kinds of look (worker/lookbehind.py). The window look only checks the last
+# LOOK_BEHIND_WINDOW seconds of run_at before each cursor, where nearly every job made available
+# behind one lands (an insert whose transaction committed late, a retry or a scheduled job just
+# promoted): its cost is the jobs claimed in that window, not the dead entries of the whole run,
+# so it runs often. The full look scans each lane from its front (an aged job, an explicit past
+# run_at, a job released long after it was due) and walks every dead entry an old snapshot keeps.
+LOOK_BEHIND_WINDOW = 2.0
+WINDOW_LOOK_EVERY = 0.05  # seconds, at most this often ...
+FULL_LOOK_EVERY = 1.0
+# ... and each kind at least this many times its own last duration apart, so together they cost
+# the database at most about 2/LOOK_BEHIND_COST_FACTOR of a connection's time.
 LOOK_BEHIND_COST_FACTOR = 20.0
 
 Key = tuple[datetime, int]

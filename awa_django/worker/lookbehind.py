@@ -7,11 +7,15 @@ transaction that committed late) is found here: one ``find_jobs_behind`` query f
 every queue this worker claims from, and each lane with such a job is rewound so that the next
 claim of its queue goes back for it (and the dispatcher is nudged, in case it sleeps).
 
-The query walks from each lane's front, so it is the part whose cost grows with the dead entries;
-it runs on its own task, never on the claim path, at most every ``LOOK_BEHIND_EVERY`` seconds and
-at least ``LOOK_BEHIND_COST_FACTOR`` times its own last duration apart. When vacuum keeps up a
-job made available behind a cursor waits about 0.1 s more than one ahead of it; under an old
-snapshot the wait grows with the look's duration, which is logged when slow.
+Two kinds of look, on one task, never on the claim path. The window look checks only the last
+``LOOK_BEHIND_WINDOW`` seconds of run_at before each cursor, where an insert that committed late
+or a job just promoted lands; it walks the dead entries of those seconds only, so it runs every
+``WINDOW_LOOK_EVERY`` seconds (or 20 times its duration, if longer) and such a job waits about
+0.05 s more than one ahead of the cursor, with or without an old snapshot. The full look scans
+each lane from its front, for the rest (a job aged into a higher lane, an explicit past run_at):
+it is the part whose cost grows with the dead entries an old snapshot keeps, so it runs at most
+every ``FULL_LOOK_EVERY`` seconds and at least ``LOOK_BEHIND_COST_FACTOR`` times its own last
+duration apart, and is logged when slow.
 """
 
 from __future__ import annotations
@@ -19,14 +23,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.sql import statements
 from awa_django.worker.db import TRANSIENT_ERRORS
-from awa_django.worker.lanes import LOOK_BEHIND_COST_FACTOR, LOOK_BEHIND_EVERY, LaneCursors
+from awa_django.worker.lanes import (
+    FULL_LOOK_EVERY,
+    LOOK_BEHIND_COST_FACTOR,
+    LOOK_BEHIND_WINDOW,
+    WINDOW_LOOK_EVERY,
+    LaneCursors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,40 +65,46 @@ class LookBehindHost(Protocol):
 class LookBehind:
     def __init__(self, host: LookBehindHost) -> None:
         self.host = host
-        self.looks = 0
+        self.looks = {"window": 0, "full": 0}
         self.found = 0
-        self.last_seconds = 0.0
-        self.interval = LOOK_BEHIND_EVERY
+        self.last_seconds = {"window": 0.0, "full": 0.0}
+        self._next = {"window": 0.0, "full": 0.0}  # time.monotonic() each kind is due
 
-    def params(self) -> dict[str, list[Any]]:
-        params: dict[str, list[Any]] = {"queues": [], "lanes": [], "before_run_at": [], "before_id": []}
+    def params(self, window: float | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"queues": [], "lanes": [], "before_run_at": [], "before_id": []}
         for name, dispatcher in self.host.dispatchers.items():
             for priority, (run_at, job_id) in dispatcher.lanes.looking():
                 params["queues"].append(name)
                 params["lanes"].append(priority)
                 params["before_run_at"].append(run_at)
                 params["before_id"].append(job_id)
+        params["window"] = None if window is None else timedelta(seconds=window)
         return params
 
-    async def look_once(self) -> int:
-        """One look over every lane with a cursor; returns how many lanes were rewound."""
-        params = self.params()
-        if not params["queues"]:
-            return 0
+    async def look_once(self, kind: str = "full") -> int:
+        """One look of that kind ("window" or "full") over every lane with a cursor; returns how
+        many lanes were rewound."""
+        params = self.params(LOOK_BEHIND_WINDOW if kind == "window" else None)
         started = time.monotonic()
+        if not params["queues"]:
+            self._next[kind] = started + (WINDOW_LOOK_EVERY if kind == "window" else FULL_LOOK_EVERY)
+            return 0
         async with self.host.pool.connection() as conn:
             cursor = await conn.execute(statements["find_jobs_behind"], params)
             rows = await cursor.fetchall()
         took = time.monotonic() - started
-        self.looks += 1
-        self.last_seconds = took
-        self.interval = max(LOOK_BEHIND_EVERY, LOOK_BEHIND_COST_FACTOR * took)
+        self.looks[kind] += 1
+        self.last_seconds[kind] = took
+        every = WINDOW_LOOK_EVERY if kind == "window" else FULL_LOOK_EVERY
+        interval = max(every, LOOK_BEHIND_COST_FACTOR * took)
+        self._next[kind] = started + interval
         if took >= SLOW_LOOK:
             logger.warning(
-                "slow look-behind lanes=%d seconds=%.3f next_in=%.1f hint=%s",
+                "slow look-behind kind=%s lanes=%d seconds=%.3f next_in=%.1f hint=%s",
+                kind,
                 len(params["queues"]),
                 took,
-                self.interval,
+                interval,
                 "a long transaction or an old snapshot is likely holding vacuum back (pg_stat_activity)",
             )
         dispatchers = self.host.dispatchers
@@ -101,10 +117,15 @@ class LookBehind:
         return len(rows)
 
     async def run(self) -> None:
-        while not self.host.stopping:
+        host = self.host
+        while not host.stopping:
+            kind = "full" if self._next["full"] <= self._next["window"] else "window"
+            wait = self._next[kind] - time.monotonic()
+            if wait > 0:
+                await host.sleep(wait)
+                continue
             try:
-                await self.look_once()
+                await self.look_once(kind)
             except TRANSIENT_ERRORS as exc:
                 logger.warning("look-behind failed: %r; retrying", exc)
-                self.interval = max(self.interval, 1.0)
-            await self.host.sleep(self.interval)
+                self._next[kind] = time.monotonic() + 1.0

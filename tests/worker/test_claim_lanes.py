@@ -86,8 +86,9 @@ class History:
     def made_available(self, ids: list[int]) -> None:
         self.since_look.update(ids)
 
-    def look(self) -> None:
-        """The look-behind, as worker/lookbehind.py runs it, for this one queue."""
+    def look(self, window: float | None = None) -> list[int]:
+        """The look-behind, as worker/lookbehind.py runs it, for this one queue (a full look, or a
+        window look over the ``window`` seconds before each cursor); returns the ids it found."""
         looking = self.lanes.looking()
         rows = run(
             "find_jobs_behind",
@@ -96,11 +97,14 @@ class History:
                 "lanes": [priority for priority, _ in looking],
                 "before_run_at": [key[0] for _, key in looking],
                 "before_id": [key[1] for _, key in looking],
+                "window": None if window is None else timedelta(seconds=window),
             },
         )
         for _, priority, run_at, job_id in rows:
             self.lanes.found_behind(priority, (run_at, job_id))
-        self.since_look.clear()
+        if window is None:
+            self.since_look.clear()
+        return [row[3] for row in rows]
 
     def claim(self, limit: int) -> list[int]:
         params = {"queue": QUEUE, "limit": limit, "deadline": None, **self.lanes.params()}
@@ -225,3 +229,19 @@ def test_backlog_probe__sees_jobs_ahead_of_the_cursors__the_look_behind_those_be
     h.claim(1)
     h.look()
     assert h.claim(1) == [behind]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_window_look__finds_a_job_just_behind_the_cursor__the_full_look_one_far_behind() -> None:
+    Job.objects.all().delete()
+    h = History()
+    h.made_available(enqueue(2, 0, 2))
+    h.claim(2)
+    (late,) = enqueue(2, 1)  # an insert that committed a second after later jobs were claimed
+    (old,) = enqueue(2, 90)  # a job due long ago (e.g. an explicit past run_at)
+    h.made_available([late, old])
+    assert h.look(window=2.0) == [late]
+    assert h.claim(5) == [late]
+    assert h.look(window=2.0) == []
+    assert h.look() == [old]
+    assert h.claim(5) == [old]
