@@ -52,7 +52,7 @@ def _verify_exactly_once(system: System, log_path: Path, seqs: range) -> dict[st
     system.sql("CREATE TABLE bench_handled (seq bigint NOT NULL)")
     import psycopg
 
-    with psycopg.connect(system.db_url, autocommit=True) as conn, conn.cursor() as cur:
+    with psycopg.connect(system.harness_url, autocommit=True) as conn, conn.cursor() as cur:
         with cur.copy("COPY bench_handled (seq) FROM STDIN") as copy:
             for seq in starts:
                 copy.write_row((seq,))
@@ -219,6 +219,11 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
 
     lat: list[float] = []
     missed = 0
+    # The idle gap before each enqueue. A worker that polls (no LISTEN) picks a job up on its next
+    # tick, so a gap much shorter than the poll interval would put every enqueue at the same phase
+    # of it (just after the tick that ran the previous job) and measure the interval minus the gap;
+    # the polling rows use a gap as wide as the interval, so the phase is uniform, as for real arrivals.
+    gap_low, gap_high = (float(x) for x in p.get("gap_s", (0.05, 0.15)))
     try:
         # Warm-up: the worker is ready once it has run these (process start, imports, LISTEN).
         for w in range(3):
@@ -228,7 +233,7 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         time.sleep(0.3)
         rng = random.Random(7)
         for seq in range(samples):
-            time.sleep(rng.uniform(0.05, 0.15))  # idle gap, not aligned with any poll interval
+            time.sleep(rng.uniform(gap_low, gap_high))  # idle gap, see gap_s above
             system.enqueue_one(seq, queue="bench")
             committed = time.time()
             started = wait_for(seq, float(p.get("sample_timeout", 10)))
@@ -333,6 +338,41 @@ def fairness(system: System, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def roundtrip(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """``SELECT 1`` in autocommit on one connection to the system's URL (through the pooler, for the
+    pooler rows) and, when the harness has a different (direct) URL, on one to that too, in
+    alternating blocks of 100: the cost of one round trip, which every statement a worker or an
+    enqueuer runs pays once, both ways measured side by side so a burst of load elsewhere on the
+    machine hits both. Figures are the median of the blocks' means (robust to such bursts) and the
+    plain mean. Not prepared on either path (psycopg's automatic preparing is off)."""
+    import psycopg
+
+    n, block = int(p["n"]), 100
+    urls = {"roundtrip": system.db_url}
+    if system.harness_url != system.db_url:
+        urls["roundtrip_direct"] = system.harness_url
+    conns = {name: psycopg.connect(url, autocommit=True, prepare_threshold=None) for name, url in urls.items()}
+    blocks: dict[str, list[float]] = {name: [] for name in urls}
+    try:
+        for conn in conns.values():
+            for _ in range(50):  # warm-up: connection set-up, the server's plan cache
+                conn.execute("SELECT 1")
+        for _ in range(max(1, n // block)):
+            for name, conn in conns.items():
+                t0 = time.perf_counter()
+                for _ in range(block):
+                    conn.execute("SELECT 1")
+                blocks[name].append((time.perf_counter() - t0) / block * 1e6)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    result: dict[str, Any] = {"n": len(blocks["roundtrip"]) * block}
+    for name, means in blocks.items():
+        result[f"{name}_us"] = statistics.median(means)
+        result[f"{name}_mean_us"] = statistics.fmean(means)
+    return result
+
+
 def fill(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """Add ``n`` finished jobs (the runner then uses this database as the template of the scale runs)."""
     n = int(p["n"])
@@ -348,4 +388,5 @@ METRICS = {
     "drain": drain,
     "latency": latency,
     "fairness": fairness,
+    "roundtrip": roundtrip,
 }
