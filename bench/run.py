@@ -284,6 +284,10 @@ class Server:
 
     def stop_if_started(self) -> None:
         if self.started_cluster:
+            others = self.psql("SELECT string_agg(datname, ', ') FROM pg_database WHERE datname LIKE 'bench\\_%'")
+            if others:
+                log(f"leaving PostgreSQL cluster {'/'.join(self.started_cluster)} running: another run uses {others}")
+                return
             log("stopping the PostgreSQL cluster this run started")
             subprocess.run(["pg_ctlcluster", *self.started_cluster, "stop"], timeout=120)
 
@@ -782,6 +786,9 @@ def main() -> None:
     # the databases and stop the cluster this run started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     t_start = time.time()
+    # Databases are named per run (bench_<pid>_<system>...): two runs on one server (developers
+    # sharing a machine) must not drop each other's databases between repetitions.
+    prefix = f"bench_{os.getpid()}_"
     RESULTS.mkdir(parents=True, exist_ok=True)
     workroot = Path(tempfile.mkdtemp(prefix="awa-bench-"))
     server = Server(args)
@@ -812,7 +819,7 @@ def main() -> None:
         for system in systems:
             try:
                 pythons[system] = ensure_venv(system, args.python)
-                url = server.recreate(f"bench_{system}_tpl")
+                url = server.recreate(f"{prefix}{system}_tpl")
                 res = call_driver(pythons[system], system, "setup", url, {}, 600, workroot)
                 if "ok" not in res:
                     raise RuntimeError(f"setup: {reason(res)}")
@@ -825,7 +832,7 @@ def main() -> None:
         # 2. the finished-rows templates for the scale latency runs.
         if any(s[3] == "finished" for s in steps):
             for system in [s for s in systems if s not in broken]:
-                url = server.recreate(f"bench_{system}_tpl_finished", f"bench_{system}_tpl")
+                url = server.recreate(f"{prefix}{system}_tpl_finished", f"{prefix}{system}_tpl")
                 log(f"{system}: filling {size['finished_rows']:,} finished rows")
                 fill_timeout = 600 if args.quick else 3600
                 res = call_driver(
@@ -856,11 +863,13 @@ def main() -> None:
                 if pooler and pooler["via"] == "pgbouncer" and pgbouncer_missing:
                     raw[system][key] = [{"skipped": pgbouncer_missing}]
                     continue
-                template = f"bench_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
-                url = server.recreate(f"bench_{system}", template)
+                template = f"{prefix}{system}_tpl" + ("_finished" if template_kind == "finished" else "")
+                url = server.recreate(f"{prefix}{system}", template)
                 t0 = time.time()
                 if pooler:
-                    res = call_pooled(server, pythons[system], system, op, f"bench_{system}", params, timeout, workroot)
+                    res = call_pooled(
+                        server, pythons[system], system, op, f"{prefix}{system}", params, timeout, workroot
+                    )
                 else:
                     res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
                 raw[system].setdefault(key, []).append(res)
@@ -886,7 +895,7 @@ def main() -> None:
             for system in systems:
                 for suffix in ("", "_tpl", "_tpl_finished"):
                     try:
-                        server.drop(f"bench_{system}{suffix}")
+                        server.drop(f"{prefix}{system}{suffix}")
                     except Exception:
                         pass
         server.stop_if_started()
