@@ -174,6 +174,10 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "base",
             60 + size["latency_samples"] * 12,
         ),
+        # Single enqueue (one job per transaction) the same three ways: the hop and the unprepared
+        # INSERT on the enqueue path, where a WAL flush per job dominates.
+        ("single_pgbouncer", "single", {"n": size["single"], "pooler": POOLED}, "base", 600),
+        ("single_pooler_direct", "single", {"n": size["single"], "pooler": POOLER_SETTINGS_DIRECT}, "base", 600),
         # One round trip (SELECT 1) through the bouncer and, alternating with it, direct: the hop
         # every statement pays.
         ("roundtrip_pgbouncer", "roundtrip", {"n": size["roundtrips"], "pooler": POOLED}, "base", 300),
@@ -607,6 +611,14 @@ ROWS = [
     (
         "drain 4 procs, cluster scope (one global 4 x {concurrency}), jobs/s",
         "drain_cluster_4p",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
+    ("single enqueue through PgBouncer, jobs/s", "single_pgbouncer", "jobs_per_s", "int", True),
+    (
+        "single enqueue, POOLER settings direct (no PgBouncer), jobs/s",
+        "single_pooler_direct",
         "jobs_per_s",
         "int",
         True,
