@@ -37,9 +37,16 @@ def main() -> None:
     result: dict[str, object]
     system = None
     try:
+        params = json.loads(args.params)
+        # Settings the runner passes to the system's own project (and, inherited, to its workers):
+        # the pooler rows set BENCH_AWA_POOLER and BENCH_AWA_LISTEN_DATABASE_URL this way.
+        os.environ.update({str(k): str(v) for k, v in params.get("env", {}).items()})
         module = importlib.import_module(str(SYSTEMS[args.system]["module"]))
         system = module.make(args.db_url, workdir)
-        params = json.loads(args.params)
+        if params.get("harness_url"):
+            # The system under test goes through --db-url (e.g. a PgBouncer); the harness's own
+            # counting and verification take this direct connection, so they do not load the pooler.
+            system.harness_url = str(params["harness_url"])
         if args.op == "setup":
             system.setup()
             result = {"ok": {"versions": system.versions(), "notes": list(system.notes)}}

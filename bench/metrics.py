@@ -52,7 +52,7 @@ def _verify_exactly_once(system: System, log_path: Path, seqs: range) -> dict[st
     system.sql("CREATE TABLE bench_handled (seq bigint NOT NULL)")
     import psycopg
 
-    with psycopg.connect(system.db_url, autocommit=True) as conn, conn.cursor() as cur:
+    with psycopg.connect(system.harness_url, autocommit=True) as conn, conn.cursor() as cur:
         with cur.copy("COPY bench_handled (seq) FROM STDIN") as copy:
             for seq in starts:
                 copy.write_row((seq,))
@@ -218,7 +218,16 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         return seen[seq]
 
     lat: list[float] = []
+    # From the enqueue call's start instead: includes the enqueue's own round trips. Through a
+    # pooler the enqueuer hears of its commit one hop later than the server (and a LISTEN on a
+    # direct connection) knows of it, which shortens the figure from the commit; this one is not.
+    from_call: list[float] = []
     missed = 0
+    # The idle gap before each enqueue. A worker that polls (no LISTEN) picks a job up on its next
+    # tick, so a gap much shorter than the poll interval would put every enqueue at the same phase
+    # of it (just after the tick that ran the previous job) and measure the interval minus the gap;
+    # the polling rows use a gap as wide as the interval, so the phase is uniform, as for real arrivals.
+    gap_low, gap_high = (float(x) for x in p.get("gap_s", (0.05, 0.15)))
     try:
         # Warm-up: the worker is ready once it has run these (process start, imports, LISTEN).
         for w in range(3):
@@ -228,7 +237,8 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         time.sleep(0.3)
         rng = random.Random(7)
         for seq in range(samples):
-            time.sleep(rng.uniform(0.05, 0.15))  # idle gap, not aligned with any poll interval
+            time.sleep(rng.uniform(gap_low, gap_high))  # idle gap, see gap_s above
+            issued = time.time()
             system.enqueue_one(seq, queue="bench")
             committed = time.time()
             started = wait_for(seq, float(p.get("sample_timeout", 10)))
@@ -236,6 +246,7 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
                 missed += 1
                 continue
             lat.append((started - committed) * 1000.0)
+            from_call.append((started - issued) * 1000.0)
     finally:
         workers.stop()
     if not lat:
@@ -246,6 +257,9 @@ def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
             "p95_ms": _percentile(lat, 0.95),
             "p99_ms": _percentile(lat, 0.99),
             "mean_ms": statistics.fmean(lat),
+            "p50_from_call_ms": _percentile(from_call, 0.50),
+            "p99_from_call_ms": _percentile(from_call, 0.99),
+            "enqueue_call_p50_ms": _percentile([f - c for f, c in zip(from_call, lat, strict=True)], 0.50),
             "max_ms": max(lat),
             "samples": len(lat),
             "missed": missed,
@@ -333,6 +347,41 @@ def fairness(system: System, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def roundtrip(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """``SELECT 1`` in autocommit on one connection to the system's URL (through the pooler, for the
+    pooler rows) and, when the harness has a different (direct) URL, on one to that too, in
+    alternating blocks of 100: the cost of one round trip, which every statement a worker or an
+    enqueuer runs pays once, both ways measured side by side so a burst of load elsewhere on the
+    machine hits both. Figures are the median of the blocks' means (robust to such bursts) and the
+    plain mean. Not prepared on either path (psycopg's automatic preparing is off)."""
+    import psycopg
+
+    n, block = int(p["n"]), 100
+    urls = {"roundtrip": system.db_url}
+    if system.harness_url != system.db_url:
+        urls["roundtrip_direct"] = system.harness_url
+    conns = {name: psycopg.connect(url, autocommit=True, prepare_threshold=None) for name, url in urls.items()}
+    blocks: dict[str, list[float]] = {name: [] for name in urls}
+    try:
+        for conn in conns.values():
+            for _ in range(50):  # warm-up: connection set-up, the server's plan cache
+                conn.execute("SELECT 1")
+        for _ in range(max(1, n // block)):
+            for name, conn in conns.items():
+                t0 = time.perf_counter()
+                for _ in range(block):
+                    conn.execute("SELECT 1")
+                blocks[name].append((time.perf_counter() - t0) / block * 1e6)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    result: dict[str, Any] = {"n": len(blocks["roundtrip"]) * block}
+    for name, means in blocks.items():
+        result[f"{name}_us"] = statistics.median(means)
+        result[f"{name}_mean_us"] = statistics.fmean(means)
+    return result
+
+
 def fill(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """Add ``n`` finished jobs (the runner then uses this database as the template of the scale runs)."""
     n = int(p["n"])
@@ -348,4 +397,5 @@ METRICS = {
     "drain": drain,
     "latency": latency,
     "fairness": fairness,
+    "roundtrip": roundtrip,
 }

@@ -17,6 +17,7 @@ Prints one markdown table; writes JSON (and the table) to bench/results/.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
+from bench import pgbouncer  # noqa: E402
 from bench.systems import COMMON_REQUIREMENTS, ORDER, SYSTEMS  # noqa: E402
 
 VENVS = BENCH / ".venvs"
@@ -54,6 +56,7 @@ FULL = {
     "global_max": 24,
     "finished_rows": 1_000_000,
     "scale_latency_samples": 200,
+    "roundtrips": 5_000,
 }
 QUICK = {
     "single": 1_000,
@@ -66,7 +69,18 @@ QUICK = {
     "global_max": 24,
     "finished_rows": 50_000,
     "scale_latency_samples": 10,
+    "roundtrips": 1_000,
 }
+
+
+# How the pooler rows reach the server: "via" pgbouncer (one started for each repetition, transaction
+# mode) or direct; "listen" on a direct connection (AWA LISTEN_DATABASE_URL) or off (polling every
+# POLL_INTERVAL, the default 1 s). Every one sets AWA["POOLER"] = "transaction".
+POOLED = {"via": "pgbouncer", "listen": "off"}
+POOLED_LISTEN = {"via": "pgbouncer", "listen": "direct"}
+POOLER_SETTINGS_DIRECT = {"via": "direct", "listen": "off"}
+# The pickup rows were first named "latency"; both names are accepted on the command line.
+METRIC_ALIASES = {"pickup": "latency", "pickup_finished": "latency_finished"}
 
 
 # (key, driver op, params builder, template kind, driver timeout seconds)
@@ -129,6 +143,44 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "base",
             1900,
         ),
+        # Through a PgBouncer in transaction mode (awa_django only; see call_pooled): the same drain
+        # and pickup with AWA["POOLER"] = "transaction", enqueue and worker through the bouncer.
+        ("drain_pgbouncer", "drain", {**drain, "processes": 1, "timeout": 1800, "pooler": POOLED}, "base", 1900),
+        # The same settings on a direct connection: what the settings cost without the extra hop.
+        (
+            "drain_pooler_direct",
+            "drain",
+            {**drain, "processes": 1, "timeout": 1800, "pooler": POOLER_SETTINGS_DIRECT},
+            "base",
+            1900,
+        ),
+        (
+            "pickup_pgbouncer",
+            "latency",
+            # Gaps as wide as the 1 s poll interval: enqueues at a uniform phase of it (metrics.latency).
+            {
+                "samples": size["latency_samples"],
+                "concurrency": size["concurrency"],
+                "pooler": POOLED,
+                "gap_s": [0.05, 1.05],
+            },
+            "base",
+            60 + size["latency_samples"] * 12,
+        ),
+        (
+            "pickup_pgbouncer_listen",
+            "latency",
+            {"samples": size["latency_samples"], "concurrency": size["concurrency"], "pooler": POOLED_LISTEN},
+            "base",
+            60 + size["latency_samples"] * 12,
+        ),
+        # Single enqueue (one job per transaction) the same three ways: the hop and the unprepared
+        # INSERT on the enqueue path, where a WAL flush per job dominates.
+        ("single_pgbouncer", "single", {"n": size["single"], "pooler": POOLED}, "base", 600),
+        ("single_pooler_direct", "single", {"n": size["single"], "pooler": POOLER_SETTINGS_DIRECT}, "base", 600),
+        # One round trip (SELECT 1) through the bouncer and, alternating with it, direct: the hop
+        # every statement pays.
+        ("roundtrip_pgbouncer", "roundtrip", {"n": size["roundtrips"], "pooler": POOLED}, "base", 300),
         ("drain_2p", "drain", {**drain, "processes": 2, "timeout": 1800}, "base", 1900),
         ("drain_4p", "drain", {**drain, "processes": 4, "timeout": 1800}, "base", 1900),
         (
@@ -236,6 +288,10 @@ class Server:
 
     def stop_if_started(self) -> None:
         if self.started_cluster:
+            others = self.psql("SELECT string_agg(datname, ', ') FROM pg_database WHERE datname LIKE 'bench\\_%'")
+            if others:
+                log(f"leaving PostgreSQL cluster {'/'.join(self.started_cluster)} running: another run uses {others}")
+                return
             log("stopping the PostgreSQL cluster this run started")
             subprocess.run(["pg_ctlcluster", *self.started_cluster, "stop"], timeout=120)
 
@@ -294,7 +350,8 @@ def call_driver(
     out = workdir / "result.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
-    env.pop("BENCH_HANDLER_LOG", None)
+    for inherited in ("BENCH_HANDLER_LOG", "BENCH_AWA_POOLER", "BENCH_AWA_LISTEN_DATABASE_URL"):
+        env.pop(inherited, None)  # set per call (params["env"]), never leaked from the caller's shell
     cmd = [
         str(python),
         "-m",
@@ -339,6 +396,81 @@ def call_driver(
     result = json.loads(out.read_text())
     result["workdir"] = str(workdir)
     return result
+
+
+def pgbouncer_stats(bouncer: pgbouncer.PgBouncer, dbname: str) -> dict[str, int]:
+    """PgBouncer's totals for ``dbname`` from its admin console (``SHOW STATS``): transactions and
+    statements the clients ran through it, and the microseconds they spent in them and waiting for a
+    server connection."""
+    done = subprocess.run(
+        ["psql", bouncer.url("pgbouncer"), "-qA", "-P", "footer=off", "-F", "\t", "-c", "SHOW STATS"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode:
+        raise RuntimeError(f"SHOW STATS on pgbouncer: {done.stderr.strip()}")
+    lines = done.stdout.strip().splitlines()
+    head = lines[0].split("\t")
+    for line in lines[1:]:
+        row = dict(zip(head, line.split("\t"), strict=True))
+        if row.get("database") == dbname:
+            wanted = ("total_xact_count", "total_query_count", "total_xact_time", "total_query_time", "total_wait_time")
+            return {f"pgbouncer_{k}": int(row[k]) for k in wanted if k in row}
+    return {}
+
+
+def call_pooled(
+    server: Server,
+    python: Path,
+    system: str,
+    op: str,
+    dbname: str,
+    params: dict[str, Any],
+    timeout: float,
+    workroot: Path,
+) -> dict[str, Any]:
+    """One driver call of a pooler row: AWA["POOLER"] = "transaction" in the system's project, and
+    for ``via`` pgbouncer a PgBouncer in transaction mode started for this call alone (fresh
+    statistics, a fresh log, no server connection to the database the last repetition dropped) and
+    always stopped after it. Enqueue and workers go through it; the harness's counting and, for
+    ``listen`` direct, the worker's LISTEN use a direct connection."""
+    pooler = params["pooler"]
+    direct_url = with_db(server.url, dbname)
+    env = {"BENCH_AWA_POOLER": "transaction"}
+    if pooler["listen"] == "direct":
+        env["BENCH_AWA_LISTEN_DATABASE_URL"] = direct_url
+    driver_params = {**params, "env": env, "harness_url": direct_url}
+    if pooler["via"] == "direct":
+        return call_driver(python, system, op, direct_url, driver_params, timeout, workroot)
+    parts = urlsplit(server.url)
+    bouncer = pgbouncer.start(
+        parts.hostname or "",
+        parts.port or 5432,
+        parts.username or "postgres",
+        parts.password or "",
+        pool_mode="transaction",
+        admin=True,
+    )
+    atexit.register(bouncer.stop)  # also stopped if this process exits between here and finally
+    try:
+        res = call_driver(python, system, op, bouncer.url(dbname), driver_params, timeout, workroot)
+        if "ok" in res:
+            stats = pgbouncer_stats(bouncer, dbname)
+            jobs = res["ok"].get("n") or res["ok"].get("samples")
+            if stats and jobs and op == "drain":
+                stats["pgbouncer_queries_per_job"] = stats["pgbouncer_total_query_count"] / jobs
+                stats["pgbouncer_xacts_per_job"] = stats["pgbouncer_total_xact_count"] / jobs
+            res["ok"].update(stats)
+            # Warnings and errors on the pooler's side (a server connection lost, a refused login).
+            trouble = [ln for ln in bouncer.log.splitlines() if " WARNING " in ln or " ERROR " in ln]
+            res["ok"]["pgbouncer_log_problems"] = len(trouble)
+            if trouble:
+                res["ok"]["pgbouncer_log_first_problems"] = trouble[:5]
+        return res
+    finally:
+        bouncer.stop()
+        atexit.unregister(bouncer.stop)
 
 
 # ---- aggregation and the table --------------------------------------------------------------------
@@ -387,6 +519,80 @@ ROWS = [
     ("pickup latency p50, ms", "latency", "p50_ms", "ms", False),
     ("pickup latency p95, ms", "latency", "p95_ms", "ms", False),
     ("pickup latency p99, ms", "latency", "p99_ms", "ms", False),
+    ("pickup p50 from the enqueue call's start, ms", "latency", "p50_from_call_ms", "ms", False),
+    ("enqueue call (one job, autocommit) p50, ms", "latency", "enqueue_call_p50_ms", "ms", False),
+    (
+        "drain 1 proc x {concurrency}, through PgBouncer (transaction mode), jobs/s",
+        "drain_pgbouncer",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
+    (
+        "drain 1 proc x {concurrency}, POOLER settings on a direct connection (no PgBouncer), jobs/s",
+        "drain_pooler_direct",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
+    (
+        "drain through PgBouncer, worker CPU per job (10-100 %), µs",
+        "drain_pgbouncer",
+        "worker_cpu_us_per_job",
+        "f1",
+        False,
+    ),
+    (
+        "drain, POOLER settings direct, worker CPU per job (10-100 %), µs",
+        "drain_pooler_direct",
+        "worker_cpu_us_per_job",
+        "f1",
+        False,
+    ),
+    (
+        "drain through PgBouncer, statements per job (SHOW STATS)",
+        "drain_pgbouncer",
+        "pgbouncer_queries_per_job",
+        "f2",
+        None,
+    ),
+    (
+        "drain through PgBouncer, transactions per job (SHOW STATS)",
+        "drain_pgbouncer",
+        "pgbouncer_xacts_per_job",
+        "f2",
+        None,
+    ),
+    ("pickup p50 through PgBouncer, LISTEN off (polls every 1 s), ms", "pickup_pgbouncer", "p50_ms", "ms", False),
+    ("pickup p99 through PgBouncer, LISTEN off (polls every 1 s), ms", "pickup_pgbouncer", "p99_ms", "ms", False),
+    (
+        "pickup p50 through PgBouncer, LISTEN on a direct connection, ms",
+        "pickup_pgbouncer_listen",
+        "p50_ms",
+        "ms",
+        False,
+    ),
+    (
+        "pickup p99 through PgBouncer, LISTEN on a direct connection, ms",
+        "pickup_pgbouncer_listen",
+        "p99_ms",
+        "ms",
+        False,
+    ),
+    (
+        "pickup p50 through PgBouncer, LISTEN direct, from the enqueue call's start, ms",
+        "pickup_pgbouncer_listen",
+        "p50_from_call_ms",
+        "ms",
+        False,
+    ),
+    (
+        "enqueue call through PgBouncer (one job, autocommit) p50, ms",
+        "pickup_pgbouncer_listen",
+        "enqueue_call_p50_ms",
+        "ms",
+        False,
+    ),
     ("fairness A:B running (ideal 17:7)", "fairness", "split", "split", None),
     ("fairness max total running (≤ 24)", "fairness", "max_total_running", "int", None),
     ("fairness mean total running", "fairness", "mean_total_running", "f1", None),
@@ -409,6 +615,22 @@ ROWS = [
         "int",
         True,
     ),
+    ("single enqueue through PgBouncer, jobs/s", "single_pgbouncer", "jobs_per_s", "int", True),
+    (
+        "single enqueue, POOLER settings direct (no PgBouncer), jobs/s",
+        "single_pooler_direct",
+        "jobs_per_s",
+        "int",
+        True,
+    ),
+    (
+        "SELECT 1 round trip, direct (alternating with the next row), µs",
+        "roundtrip_pgbouncer",
+        "roundtrip_direct_us",
+        "int",
+        False,
+    ),
+    ("SELECT 1 round trip through PgBouncer, µs", "roundtrip_pgbouncer", "roundtrip_us", "int", False),
     ("drain 2 procs x {concurrency}, jobs/s", "drain_2p", "jobs_per_s", "int", True),
     ("drain 4 procs x {concurrency}, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
@@ -423,6 +645,8 @@ def fmt(value: Any, kind: str) -> str:
         return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
     if kind == "f1":
         return f"{value:.1f}"
+    if kind == "f2":
+        return f"{value:.2f}"
     return str(value)
 
 
@@ -527,8 +751,8 @@ def main() -> None:
     parser.add_argument(
         "--metrics",
         default=None,
-        help="comma list from single,bulk,drain,latency,fairness,fairness_cluster,drain_weighted,drain_cluster,"
-        "drain_weighted_4p,drain_cluster_4p,drain_2p,drain_4p,latency_finished",
+        help=f"comma list from {','.join(step[0] for step in plan(FULL))} (pickup = latency, "
+        "pickup_finished = latency_finished)",
     )
     parser.add_argument("--concurrency", type=int, default=None, help="jobs in flight per worker process (default 32)")
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")
@@ -557,9 +781,26 @@ def main() -> None:
             for key, op, params, kind, timeout in steps
         ]
     if args.metrics:
-        wanted = set(args.metrics.split(","))
+        wanted = {METRIC_ALIASES.get(m.strip(), m.strip()) for m in args.metrics.split(",") if m.strip()}
+        unknown_metrics = sorted(wanted - {s[0] for s in steps})
+        if unknown_metrics:
+            raise SystemExit(
+                f"unknown metrics {unknown_metrics}; known: {','.join(s[0] for s in steps)} "
+                f"(aliases: {', '.join(f'{a} = {k}' for a, k in METRIC_ALIASES.items())})"
+            )
         steps = [s for s in steps if s[0] in wanted]
+    # A missing pgbouncer skips its rows with the fix in the reason (a full run still measures the rest).
+    pgbouncer_missing: str | None = None
+    if any(s[2].get("pooler", {}).get("via") == "pgbouncer" for s in steps) and pgbouncer.PGBOUNCER is None:
+        pgbouncer_missing = str(pgbouncer.PgBouncerMissingError())
+        log(f"the PgBouncer rows will be skipped: {pgbouncer_missing}")
+    # SIGTERM (a CI timeout, kill <pid>) unwinds like Ctrl-C: the finally blocks stop PgBouncer, drop
+    # the databases and stop the cluster this run started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     t_start = time.time()
+    # Databases are named per run (bench_<pid>_<system>...): two runs on one server (developers
+    # sharing a machine) must not drop each other's databases between repetitions.
+    prefix = f"bench_{os.getpid()}_"
     RESULTS.mkdir(parents=True, exist_ok=True)
     workroot = Path(tempfile.mkdtemp(prefix="awa-bench-"))
     server = Server(args)
@@ -575,6 +816,8 @@ def main() -> None:
         ).stdout.strip(),
         "systems": {},
     }
+    if any("pooler" in s[2] for s in steps) and pgbouncer_missing is None:
+        meta["pgbouncer"] = pgbouncer.version()
     log(
         f"server: {meta['server'].get('server_version')} ({server.origin}); {len(systems)} systems, "
         f"{len(steps)} measurements x {reps} reps"
@@ -588,7 +831,7 @@ def main() -> None:
         for system in systems:
             try:
                 pythons[system] = ensure_venv(system, args.python)
-                url = server.recreate(f"bench_{system}_tpl")
+                url = server.recreate(f"{prefix}{system}_tpl")
                 res = call_driver(pythons[system], system, "setup", url, {}, 600, workroot)
                 if "ok" not in res:
                     raise RuntimeError(f"setup: {reason(res)}")
@@ -601,7 +844,7 @@ def main() -> None:
         # 2. the finished-rows templates for the scale latency runs.
         if any(s[3] == "finished" for s in steps):
             for system in [s for s in systems if s not in broken]:
-                url = server.recreate(f"bench_{system}_tpl_finished", f"bench_{system}_tpl")
+                url = server.recreate(f"{prefix}{system}_tpl_finished", f"{prefix}{system}_tpl")
                 log(f"{system}: filling {size['finished_rows']:,} finished rows")
                 fill_timeout = 600 if args.quick else 3600
                 res = call_driver(
@@ -625,15 +868,30 @@ def main() -> None:
                     continue
                 if template_kind == "finished" and "ok" not in raw[system].get("_fill", [{"ok": 1}])[0]:
                     continue
-                template = f"bench_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
-                url = server.recreate(f"bench_{system}", template)
+                pooler = params.get("pooler")
+                if pooler and not SYSTEMS[system].get("pooler"):
+                    raw[system][key] = [{"skipped": "not set up behind a transaction pooler (awa_django's rows)"}]
+                    continue
+                if pooler and pooler["via"] == "pgbouncer" and pgbouncer_missing:
+                    raw[system][key] = [{"skipped": pgbouncer_missing}]
+                    continue
+                template = f"{prefix}{system}_tpl" + ("_finished" if template_kind == "finished" else "")
+                url = server.recreate(f"{prefix}{system}", template)
                 t0 = time.time()
-                res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
+                if pooler:
+                    res = call_pooled(
+                        server, pythons[system], system, op, f"{prefix}{system}", params, timeout, workroot
+                    )
+                else:
+                    res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
                 raw[system].setdefault(key, []).append(res)
                 status = "ok" if "ok" in res else ("skipped" if "skipped" in res else "ERROR")
                 brief = ""
                 if "ok" in res:
-                    figure = res["ok"].get("jobs_per_s") or res["ok"].get("p50_ms") or res["ok"].get("split")
+                    figure = next(
+                        (res["ok"][k] for k in ("jobs_per_s", "p50_ms", "split", "roundtrip_us") if k in res["ok"]),
+                        None,
+                    )
                     brief = f" {figure:,.1f}" if isinstance(figure, float) else f" {figure}"
                 else:
                     brief = " " + reason(res)[:200]
@@ -649,7 +907,7 @@ def main() -> None:
             for system in systems:
                 for suffix in ("", "_tpl", "_tpl_finished"):
                     try:
-                        server.drop(f"bench_{system}{suffix}")
+                        server.drop(f"{prefix}{system}{suffix}")
                     except Exception:
                         pass
         server.stop_if_started()

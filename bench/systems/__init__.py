@@ -18,6 +18,8 @@ SYSTEMS: dict[str, dict[str, object]] = {
         "requirements": ["Django>=5.2,<6.0", "prometheus-client>=0.20"],
         "from_checkout": True,
         "title": "awa_django",
+        # Has the pooler rows (bench/run.py call_pooled): AWA["POOLER"] = "transaction" behind PgBouncer.
+        "pooler": True,
     },
     "procrastinate": {
         "module": "bench.systems.procrastinate",

@@ -100,6 +100,9 @@ class System:
 
     def __init__(self, db_url: str, workdir: Path) -> None:
         self.db_url = db_url
+        # The harness's own SQL (counting, verification): the system's URL unless the runner gives a
+        # direct one (the pooler rows, where db_url is a PgBouncer).
+        self.harness_url = db_url
         self.workdir = workdir
         self._conn: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,11 +111,11 @@ class System:
     # ---- plumbing -------------------------------------------------------------------------------
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run one statement on the harness's own autocommit connection; return its rows."""
+        """Run one statement on the harness's own autocommit connection (``harness_url``); return its rows."""
         import psycopg
 
         if self._conn is None:
-            self._conn = psycopg.connect(self.db_url, autocommit=True)
+            self._conn = psycopg.connect(self.harness_url, autocommit=True)
         with self._conn.cursor() as cur:
             cur.execute(query, params)
             return cur.fetchall() if cur.description else []
