@@ -41,6 +41,9 @@ from bench.systems import COMMON_REQUIREMENTS, ORDER, SYSTEMS  # noqa: E402
 VENVS = BENCH / ".venvs"
 RESULTS = BENCH / "results"
 ROLE, PASSWORD = "awa_bench", "awa_bench"
+# Databases are <prefix>_<system>[_tpl[_finished]]. Two checkouts benchmarking on one server at the
+# same time must use different prefixes (BENCH_DB_PREFIX), or each drops the other's databases.
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench")
 FAIRNESS_QUEUES = {"A": {"min": 2, "weight": 3}, "B": {"min": 2, "weight": 1}}
 
 FULL = {
@@ -646,7 +649,7 @@ def main() -> None:
         for system in systems:
             try:
                 pythons[system] = ensure_venv(system, args.python)
-                url = server.recreate(f"bench_{system}_tpl")
+                url = server.recreate(f"{DB_PREFIX}_{system}_tpl")
                 res = call_driver(pythons[system], system, "setup", url, {}, 600, workroot)
                 if "ok" not in res:
                     raise RuntimeError(f"setup: {reason(res)}")
@@ -659,7 +662,7 @@ def main() -> None:
         # 2. the finished-rows templates for the scale latency runs.
         if any(s[3] == "finished" for s in steps):
             for system in [s for s in systems if s not in broken]:
-                url = server.recreate(f"bench_{system}_tpl_finished", f"bench_{system}_tpl")
+                url = server.recreate(f"{DB_PREFIX}_{system}_tpl_finished", f"{DB_PREFIX}_{system}_tpl")
                 log(f"{system}: filling {size['finished_rows']:,} finished rows")
                 fill_timeout = 600 if args.quick else 3600
                 res = call_driver(
@@ -683,8 +686,8 @@ def main() -> None:
                     continue
                 if template_kind == "finished" and "ok" not in raw[system].get("_fill", [{"ok": 1}])[0]:
                     continue
-                template = f"bench_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
-                url = server.recreate(f"bench_{system}", template)
+                template = f"{DB_PREFIX}_{system}_tpl" + ("_finished" if template_kind == "finished" else "")
+                url = server.recreate(f"{DB_PREFIX}_{system}", template)
                 t0 = time.time()
                 res = call_driver(pythons[system], system, op, url, params, timeout, workroot)
                 raw[system].setdefault(key, []).append(res)
@@ -707,7 +710,7 @@ def main() -> None:
             for system in systems:
                 for suffix in ("", "_tpl", "_tpl_finished"):
                     try:
-                        server.drop(f"bench_{system}{suffix}")
+                        server.drop(f"{DB_PREFIX}_{system}{suffix}")
                     except Exception:
                         pass
         server.stop_if_started()
