@@ -269,6 +269,14 @@ class Server:
 
     def stop_if_started(self) -> None:
         if self.started_cluster:
+            # Another run (another checkout) may have found the cluster up and be using it.
+            others = self.psql(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+            if int(others or 0):
+                log(f"leaving the PostgreSQL cluster this run started up: {others} other client connections")
+                return
             log("stopping the PostgreSQL cluster this run started")
             subprocess.run(["pg_ctlcluster", *self.started_cluster, "stop"], timeout=120)
 
