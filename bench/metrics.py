@@ -63,7 +63,10 @@ class _HandlerEnds:
             if self.ends >= target:
                 return
             if time.time() > deadline:
-                raise TimeoutError(f"{self.ends}/{target} handlers ended before the deadline")
+                raise TimeoutError(
+                    f"{self.ends}/{target} handlers ended {time.time() - workers.started_at:.0f}s after the "
+                    f"worker started ({self.ends / (time.time() - workers.started_at):.0f} jobs/s, start-up included)"
+                )
             if self.ends == last:
                 workers.check_alive()
             last = self.ends
