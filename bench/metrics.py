@@ -40,6 +40,90 @@ def _wait_completed(system: System, workers: WorkerGroup, target: int, timeout: 
         time.sleep(POLL)
 
 
+class _HandlerEnds:
+    """Counts the handler end lines of a drain by reading the handler log from where it stopped.
+
+    The old-snapshot drains wait here before polling the system's completed count: a file read
+    costs the two shared cores nothing, whereas counting a job table full of dead row versions
+    every 20 ms for the whole drain would compete with the workers (more so with the snapshot
+    held, which is the very thing measured). The count polls then run only over the last stretch
+    between a handler's end and the system recording it.
+    """
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.offset = 0
+        self.ends = 0
+
+    def wait(self, workers: WorkerGroup, target: int, deadline: float) -> None:
+        last = -1
+        while self.ends < target:
+            events, self.offset = handlerlog.read(str(self.log_path), self.offset)
+            self.ends += sum(1 for ev, *_ in events if ev == "E")
+            if self.ends >= target:
+                return
+            if time.time() > deadline:
+                raise TimeoutError(
+                    f"{self.ends}/{target} handlers ended {time.time() - workers.started_at:.0f}s after the "
+                    f"worker started ({self.ends / (time.time() - workers.started_at):.0f} jobs/s, start-up included)"
+                )
+            if self.ends == last:
+                workers.check_alive()
+            last = self.ends
+            time.sleep(POLL)
+
+
+def _left(deadline: float) -> float:
+    """Seconds to a deadline, at least a few: the last stretch is always given a chance."""
+    return max(5.0, deadline - time.time())
+
+
+class OldSnapshot:
+    """A second connection holding one old snapshot on the system's database until closed.
+
+    ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM <job table>`` (issue 16): the
+    snapshot is taken by the first read and kept for the whole transaction, so vacuum cannot
+    remove any row version deleted after it, the dead versions every claim and completion leave.
+    """
+
+    def __init__(self, db_url: str, table: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        self.conn = psycopg.connect(db_url, autocommit=True)
+        try:
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))
+            row = self.conn.execute(query).fetchone()
+            self.rows_seen = int(row[0]) if row else 0
+            self.pid = self.conn.info.backend_pid
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def xmin_age(self, system: System) -> int | None:
+        """Transactions since the held snapshot's xmin, seen from the harness's connection; None
+        if the backend holds no snapshot (then nothing was held back)."""
+        age = system.scalar("SELECT age(backend_xmin) FROM pg_stat_activity WHERE pid = %s", [self.pid])
+        return None if age is None else int(age)
+
+    def close(self) -> None:
+        try:
+            self.conn.execute("ROLLBACK")
+        finally:
+            self.conn.close()
+
+
+def _dead_tuples(system: System, table: str) -> int | None:
+    """The table's dead row versions as the statistics last reported them (None for a view)."""
+    schema, _, name = table.rpartition(".")
+    rows = system.sql(
+        "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = %s AND schemaname = %s",
+        [name, schema or "public"],
+    )
+    return int(rows[0][0]) if rows else None
+
+
 def _verify_exactly_once(system: System, log_path: Path, seqs: range) -> dict[str, Any]:
     """Load the handler-start seqs into the system's database and count them there.
 
@@ -109,7 +193,13 @@ def bulk_enqueue(system: System, p: dict[str, Any]) -> dict[str, Any]:
 
 def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """n pre-enqueued no-op jobs; workers start; rate from the first handler start to the moment the
-    system's completed count reaches n. Then exactly-once is checked in the database."""
+    system's completed count reaches n. Then exactly-once is checked in the database.
+
+    ``old_snapshot``: a second connection (OldSnapshot) takes its snapshot after the jobs are
+    enqueued and before the workers start, and holds it until the drain is measured, whatever
+    happens. ``quiet_poll``: wait on the handler log first and poll the completed count only once
+    every handler has ended (see _HandlerEnds); the end moment is defined as without it.
+    """
     n, concurrency, processes = int(p["n"]), int(p["concurrency"]), int(p["processes"])
     # Weighted drain: the same jobs with the concurrency given as a global maximum over one queue
     # (min 0, weight 1), to compare the weighted mode's overhead with the per-queue limit.
@@ -138,16 +228,37 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     if system.count_unfinished() != n:
         raise RuntimeError("the pre-enqueued jobs are not all waiting")
     log_path = system.workdir / "handler.log"
-    workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
+    timeout = float(p.get("timeout", 600))
+    ends = _HandlerEnds(log_path) if p.get("quiet_poll") else None
+    snapshot = OldSnapshot(system.db_url, system.job_table) if p.get("old_snapshot") else None
+    held: dict[str, Any] = {}
     try:
-        # The workers' CPU between 10 % and 100 % completed: the steady per-job cost, start-up
-        # (imports, connections) left out.
-        _wait_completed(system, workers, n // 10, float(p.get("timeout", 600)))
-        cpu_from, done_from = workers.cpu_seconds(), system.count_completed()
-        done_at = _wait_completed(system, workers, n, float(p.get("timeout", 600)))
-        cpu_to = workers.cpu_seconds()
+        workers = system.start_worker(concurrency, processes, ["bench"], log_path, weighted=weighted)
+        deadline = workers.started_at + timeout
+        try:
+            # The workers' CPU between 10 % and 100 % completed: the steady per-job cost, start-up
+            # (imports, connections) left out.
+            if ends is not None:
+                ends.wait(workers, n // 10, deadline)
+            _wait_completed(system, workers, n // 10, timeout if ends is None else _left(deadline))
+            cpu_from, done_from = workers.cpu_seconds(), system.count_completed()
+            if ends is not None:
+                ends.wait(workers, n, deadline)
+            done_at = _wait_completed(system, workers, n, timeout if ends is None else _left(deadline))
+            cpu_to = workers.cpu_seconds()
+            if snapshot is not None:
+                # Proof that it was held to the end: its xmin still set, this many transactions back.
+                held["snapshot_xmin_age"] = snapshot.xmin_age(system)
+                held["snapshot_rows_seen"] = snapshot.rows_seen
+                if held["snapshot_xmin_age"] is None:
+                    raise RuntimeError("the old-snapshot connection holds no snapshot at the end of the drain")
+            if "old_snapshot" in p:  # the old-snapshot rows, held or not: what vacuum has left
+                held["dead_tuples_end"] = _dead_tuples(system, system.job_table)
+        finally:
+            workers.stop()
     finally:
-        workers.stop()
+        if snapshot is not None:
+            snapshot.close()
     events, _ = handlerlog.read(str(log_path))
     starts = [(t, pid) for ev, _s, _q, t, pid in events if ev == "S"]
     first_start = min(t for t, _pid in starts)
@@ -167,6 +278,9 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "processes_seen": len(first_by_pid),
         "all_started_seconds": max(first_by_pid.values()) - first_start,
     }
+    result.update(held)
+    if snapshot is not None:
+        result["old_snapshot"] = True
     if cpu_from is not None and cpu_to is not None and n > done_from:
         result["worker_cpu_us_per_job"] = (cpu_to - cpu_from) / (n - done_from) * 1e6
     result.update(_verify_exactly_once(system, log_path, range(n)))

@@ -57,6 +57,10 @@ FULL = {
     "finished_rows": 1_000_000,
     "scale_latency_samples": 200,
     "roundtrips": 5_000,
+    # The old-snapshot drains (issue 16): jobs drained by drain_30k / drain_30k_snapshot and so on.
+    "drain_30k": 30_000,
+    "drain_100k": 100_000,
+    "drain_300k": 300_000,
 }
 QUICK = {
     "single": 1_000,
@@ -70,7 +74,19 @@ QUICK = {
     "finished_rows": 50_000,
     "scale_latency_samples": 10,
     "roundtrips": 1_000,
+    "drain_30k": 3_000,
+    "drain_100k": 10_000,
+    "drain_300k": 30_000,
 }
+
+# The old-snapshot drain pairs, by the size key that holds their job count.
+SNAPSHOT_DRAINS = ("drain_30k", "drain_100k", "drain_300k")
+# Their completion wait allows n / this many seconds (at least 300): a system that drains slower,
+# with the snapshot held or not, is reported as timed out with how far it got.
+SNAPSHOT_DRAIN_MIN_RATE = 200
+# Rows run only when --metrics names them: the old-snapshot drains would add hours to a full run
+# (procrastinate drains ~370 jobs/s, so 300,000 jobs take a quarter of an hour per repetition).
+OPT_IN = {key + suffix for key in SNAPSHOT_DRAINS for suffix in ("", "_snapshot")}
 
 
 # How the pooler rows reach the server: "via" pgbouncer (one started for each repetition, transaction
@@ -190,7 +206,21 @@ def plan(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, floa
             "finished",
             60 + size["scale_latency_samples"] * 12,
         ),
+        *snapshot_drains(size),
     ]
+
+
+def snapshot_drains(size: dict[str, int]) -> list[tuple[str, str, dict[str, Any], str, float]]:
+    """drain_<n> and drain_<n>_snapshot: the same one-process drain without and with an old
+    snapshot held on the system's job table from before the worker starts to the drain's end."""
+    steps: list[tuple[str, str, dict[str, Any], str, float]] = []
+    for key in SNAPSHOT_DRAINS:
+        n = size[key]
+        wait = max(300, n // SNAPSHOT_DRAIN_MIN_RATE)
+        params = {"n": n, "concurrency": size["concurrency"], "processes": 1, "timeout": wait, "quiet_poll": True}
+        steps.append((key, "drain", {**params, "old_snapshot": False}, "base", wait + 300))
+        steps.append((key + "_snapshot", "drain", {**params, "old_snapshot": True}, "base", wait + 300))
+    return steps
 
 
 # ---- the server -----------------------------------------------------------------------------------
@@ -635,6 +665,16 @@ ROWS = [
     ("drain 4 procs x {concurrency}, jobs/s", "drain_4p", "jobs_per_s", "int", True),
     ("pickup p50 with {finished} finished rows, ms", "latency_finished", "p50_ms", "ms", False),
     ("pickup p99 with {finished} finished rows, ms", "latency_finished", "p99_ms", "ms", False),
+    *(
+        row
+        for key in SNAPSHOT_DRAINS
+        for row in (
+            (f"drain {{{key}}} jobs, 1 proc x {{concurrency}}, jobs/s", key, "jobs_per_s", "int", True),
+            (f"drain {{{key}}} jobs, old snapshot held, jobs/s", key + "_snapshot", "jobs_per_s", "int", True),
+            # The system's own rate with the snapshot held over its rate without (medians).
+            (f"drain {{{key}}} jobs: held ÷ none", key + "_snapshot", "ratio_to:" + key, "ratio", None),
+        )
+    ),
 ]
 
 
@@ -647,6 +687,8 @@ def fmt(value: Any, kind: str) -> str:
         return f"{value:.1f}"
     if kind == "f2":
         return f"{value:.2f}"
+    if kind == "ratio":
+        return f"{value:.2f}x"
     return str(value)
 
 
@@ -678,6 +720,18 @@ def table(results: dict[str, dict[str, Any]], systems: list[str], size: dict[str
         if entry["status"] == "error":
             return "error " + note(f"{SYSTEMS[system]['title']}, {key}: error: {entry['reason']}"), None
         med = entry["median"]
+        if figure.startswith("ratio_to:"):
+            # This row's jobs/s over the same system's jobs/s in another row (its own baseline).
+            base_key = figure.split(":", 1)[1]
+            base = results.get(system, {}).get(base_key)
+            if base is None:
+                return "—", None
+            if base["status"] != "ok":
+                return cell(system, base_key, "jobs_per_s", "int")[0], None
+            if not base["median"].get("jobs_per_s") or med.get("jobs_per_s") is None:
+                return "—", None
+            value = med["jobs_per_s"] / base["median"]["jobs_per_s"]
+            return fmt(value, kind), value
         if figure == "split":
             text = ":".join(f"{med[f'mean_running_{q}']:.1f}" for q in sorted(FAIRNESS_QUEUES))
             value = None
@@ -696,7 +750,8 @@ def table(results: dict[str, dict[str, Any]], systems: list[str], size: dict[str
     for label, key, figure, kind, higher in ROWS:
         if key not in keys:
             continue
-        row = [label.format(finished=finished, concurrency=size["concurrency"])]
+        counts = {k: f"{v:,}" for k, v in size.items() if k in SNAPSHOT_DRAINS}
+        row = [label.format(finished=finished, concurrency=size["concurrency"], **counts)]
         ref_text, ref_value = cell(ref, key, figure, kind) if ref in systems else ("", None)
         if ref in systems:
             row.append(ref_text)
@@ -751,8 +806,8 @@ def main() -> None:
     parser.add_argument(
         "--metrics",
         default=None,
-        help=f"comma list from {','.join(step[0] for step in plan(FULL))} (pickup = latency, "
-        "pickup_finished = latency_finished)",
+        help=f"comma list from {','.join(s[0] for s in plan(FULL) if s[0] not in OPT_IN)} (pickup = latency, "
+        "pickup_finished = latency_finished); and only when named: " + ",".join(sorted(OPT_IN)),
     )
     parser.add_argument("--concurrency", type=int, default=None, help="jobs in flight per worker process (default 32)")
     parser.add_argument("--cluster", default="15/main", help="Debian cluster when BENCH_DATABASE_URL is unset")
@@ -789,6 +844,8 @@ def main() -> None:
                 f"(aliases: {', '.join(f'{a} = {k}' for a, k in METRIC_ALIASES.items())})"
             )
         steps = [s for s in steps if s[0] in wanted]
+    else:
+        steps = [s for s in steps if s[0] not in OPT_IN]
     # A missing pgbouncer skips its rows with the fix in the reason (a full run still measures the rest).
     pgbouncer_missing: str | None = None
     if any(s[2].get("pooler", {}).get("via") == "pgbouncer" for s in steps) and pgbouncer.PGBOUNCER is None:

@@ -29,6 +29,7 @@ class AwaDjango(System):
     supports_weighted = True
     supports_cluster = True
     supports_metrics = True
+    job_table = "awa_job"
     notes = ["this checkout; Job.objects.enqueue / enqueue_many; worker: manage.py awa_worker"]
 
     def __init__(self, db_url: str, workdir: Path) -> None:

@@ -63,6 +63,7 @@ def register(client: awa.AsyncClient, queue: str) -> None:
 
 class AwaPg(System):
     name = "awa_pg"
+    job_table = "awa.jobs"
     supports_weighted = True
     notes = ["queue-storage engine (install_queue_storage), client pool 10 connections, defaults otherwise"]
 

@@ -94,6 +94,8 @@ class System:
     # Worker metrics the next start_worker turns on ("prometheus"), for the metrics-overhead row.
     worker_metrics: str | None = None
     metrics_reason = "no worker metrics flavour in this adapter"
+    # The table the old-snapshot drains hold a snapshot on (issue 16): the system's job rows.
+    job_table = "?"
     # Concurrency actually used by one worker process when 32 is asked for (None = as asked).
     max_concurrency_per_process: int | None = None
     notes: list[str] = []

@@ -43,6 +43,7 @@ class DjangoTasksDb(System):
 
         self.DBTaskResult = DBTaskResult
         self.table = DBTaskResult._meta.db_table
+        self.job_table = self.table
         self.tasks = tasks
 
     def distributions(self) -> list[str]:

@@ -39,6 +39,7 @@ def _payload(seq: int, queue: str, ms: int | None = None) -> bytes:
 
 class PgQueuerSystem(System):
     name = "pgqueuer"
+    job_table = "pgqueuer"
     weighted_reason = "no weighted queues (per-entrypoint concurrency_limit only)"
     notes = [f"asyncpg driver, batch_size={BATCH_SIZE}, max_concurrent_tasks=concurrency, durable tables"]
 

@@ -45,6 +45,7 @@ def make_app(db_url: str) -> procrastinate.App:
 
 class Procrastinate(System):
     name = "procrastinate"
+    job_table = "procrastinate_jobs"
     weighted_reason = "no weighted per-queue concurrency (one concurrency per worker)"
     notes = [f"worker pool max_size={POOL_MAX}; LISTEN/NOTIFY on; defaults otherwise"]
 
