@@ -1,101 +1,99 @@
 -- claim_jobs: mark up to %(limit)s available, due jobs of one queue running, and return them.
 -- Parameters: queue (text), limit (int: never more than the permits the dispatcher holds),
---   deadline (interval or NULL: the queue's deadline, sets deadline_at), after_run_at
---   (timestamptz[4]) and after_id (bigint[4]): per priority lane 1..4, the (run_at, id) the lane's
---   scan starts after; NULL elements start the lane at its front (worker/lanes.py keeps them).
--- Order: priority, then run_at, then id. Lane 1 is scanned first; each next lane only for the rows
---   the lanes before it left unfilled (its LIMIT subtracts what they locked), so the rows returned
---   are the first `limit` of (priority, run_at, id) among the rows ahead of each lane's cursor.
+--   deadline (interval or NULL: the queue's deadline, sets deadline_at), after_run_at_1..4
+--   (timestamptz) and after_id_1..4 (bigint): per priority lane 1..4, the (run_at, id) the lane's
+--   scan starts after; NULL starts the lane at its front (worker/lanes.py keeps them). Scalars, not
+--   two arrays: binding and subscripting arrays cost a claim about a tenth of its time.
+-- Order: priority, then run_at, then id. The lanes are the branches of one UNION ALL under one
+--   LIMIT: the Append runs them in order and the LIMIT stops pulling rows once it has `limit`, so
+--   lane 2 is scanned (and its rows locked) only for what lane 1 left unfilled, and so on; the rows
+--   returned are the first `limit` of (priority, run_at, id) among the rows ahead of each cursor.
+--   (Four CTEs with LIMITs computed from the counts before them did the same at twice the cost of
+--   an idle claim: the pickup latency paid for it.)
 -- Why lanes and cursors: a claimed job leaves its old row version's entry in the available index
 --   until vacuum removes it, and vacuum cannot while any transaction holds an older snapshot. A
 --   scan that starts at a lane's front walks every such entry (a heap visit each); one that starts
 --   after the lane's cursor skips them in the btree descent. Jobs that become available behind a
---   cursor (promotions, retries, aging, releases, inserts that commit late) are found when the
---   worker rescans the lane from its front (docs/storage.md: how often, and why no job is skipped).
+--   cursor (promotions, retries, aging, releases, inserts that commit late) are found by the
+--   worker's look-behind (worker/lookbehind.py), which rewinds the lane's cursor to them
+--   (docs/storage.md: how often, and why no job is skipped).
 -- Index: awa_job_available_idx (queue, priority, run_at, id) WHERE state = 'available': per lane
 --   `queue =`, `priority =` and the row comparison on (run_at, id) are the scan's bounds; the state
 --   is a literal so the planner can use the partial index. The UPDATE finds the picked rows through
 --   the primary key (`id = ANY(ARRAY(...))`): joined to the CTEs instead, the planner guessed how
 --   many rows lanes 2-4 return (their LIMITs are expressions), sometimes chose a hash join over a
 --   sequential scan of awa_job, and under an old snapshot that scan reads every dead version.
--- Locking: each lane CTE locks its rows FOR UPDATE SKIP LOCKED, so concurrent workers pick disjoint
---   rows and never wait on each other; they stay CTEs (not sub-selects in FROM), so the planner
---   cannot merge them and ignore their LIMITs. Runs in autocommit: the rows are running and the
---   locks released when the statement ends. A paused queue claims nothing.
+-- Locking: each lane's sub-select locks its rows FOR UPDATE SKIP LOCKED as the LIMIT above pulls
+--   them, so concurrent workers pick disjoint rows and never wait on each other, and no row is
+--   locked that is not claimed. (Postgres refuses FOR UPDATE directly in a UNION branch, hence
+--   the sub-selects in FROM; their LIMIT and FOR UPDATE keep the planner from pulling them up.)
+--   Runs in autocommit: the rows are running and the locks released when the statement ends. A
+--   paused queue claims nothing: the NOT EXISTS is a one-time filter above the Append, checked
+--   before any lane is scanned.
 -- Each claim starts a new attempt: attempt + 1, and run_lease + 1, which every later write of this
 --   attempt must match.
 -- Returns the ClaimedJob fields: run_at (where the lane cursor moves to), then the seconds the job
 --   waited from due (run_at) to this claim, by the database's clock (the wait-time metric).
-WITH open AS (
-    SELECT NOT EXISTS (SELECT 1 FROM awa_queue WHERE name = %(queue)s::varchar AND paused) AS claims
-),
-lane1 AS (
-    SELECT id
-    FROM awa_job
-    WHERE state = 'available'
-      AND queue = %(queue)s::varchar
-      AND priority = 1
-      AND run_at <= now()
-      AND (run_at, id) > (COALESCE((%(after_run_at)s::timestamptz[])[1], '-infinity'),
-                          COALESCE((%(after_id)s::bigint[])[1], 0))
-      AND (SELECT claims FROM open)
-    ORDER BY run_at, id
-    LIMIT %(limit)s::int
-    FOR UPDATE SKIP LOCKED
-),
-lane2 AS (
-    SELECT id
-    FROM awa_job
-    WHERE state = 'available'
-      AND queue = %(queue)s::varchar
-      AND priority = 2
-      AND run_at <= now()
-      AND (run_at, id) > (COALESCE((%(after_run_at)s::timestamptz[])[2], '-infinity'),
-                          COALESCE((%(after_id)s::bigint[])[2], 0))
-      AND (SELECT claims FROM open)
-    ORDER BY run_at, id
-    LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM lane1), 0)
-    FOR UPDATE SKIP LOCKED
-),
-lane3 AS (
-    SELECT id
-    FROM awa_job
-    WHERE state = 'available'
-      AND queue = %(queue)s::varchar
-      AND priority = 3
-      AND run_at <= now()
-      AND (run_at, id) > (COALESCE((%(after_run_at)s::timestamptz[])[3], '-infinity'),
-                          COALESCE((%(after_id)s::bigint[])[3], 0))
-      AND (SELECT claims FROM open)
-    ORDER BY run_at, id
-    LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM lane1) - (SELECT count(*) FROM lane2), 0)
-    FOR UPDATE SKIP LOCKED
-),
-lane4 AS (
-    SELECT id
-    FROM awa_job
-    WHERE state = 'available'
-      AND queue = %(queue)s::varchar
-      AND priority = 4
-      AND run_at <= now()
-      AND (run_at, id) > (COALESCE((%(after_run_at)s::timestamptz[])[4], '-infinity'),
-                          COALESCE((%(after_id)s::bigint[])[4], 0))
-      AND (SELECT claims FROM open)
-    ORDER BY run_at, id
-    LIMIT greatest(
-        %(limit)s::int - (SELECT count(*) FROM lane1) - (SELECT count(*) FROM lane2) - (SELECT count(*) FROM lane3),
-        0
-    )
-    FOR UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT id FROM lane1
-    UNION ALL
-    SELECT id FROM lane2
-    UNION ALL
-    SELECT id FROM lane3
-    UNION ALL
-    SELECT id FROM lane4
+WITH picked AS (
+    SELECT id FROM (
+        SELECT id FROM (
+            SELECT id
+            FROM awa_job
+            WHERE state = 'available'
+              AND queue = %(queue)s::varchar
+              AND priority = 1
+              AND run_at <= now()
+              AND (run_at, id) > (COALESCE(%(after_run_at_1)s::timestamptz, '-infinity'),
+                                  COALESCE(%(after_id_1)s::bigint, 0))
+            ORDER BY run_at, id
+            LIMIT %(limit)s::int
+            FOR UPDATE SKIP LOCKED
+        ) AS lane1
+        UNION ALL
+        SELECT id FROM (
+            SELECT id
+            FROM awa_job
+            WHERE state = 'available'
+              AND queue = %(queue)s::varchar
+              AND priority = 2
+              AND run_at <= now()
+              AND (run_at, id) > (COALESCE(%(after_run_at_2)s::timestamptz, '-infinity'),
+                                  COALESCE(%(after_id_2)s::bigint, 0))
+            ORDER BY run_at, id
+            LIMIT %(limit)s::int
+            FOR UPDATE SKIP LOCKED
+        ) AS lane2
+        UNION ALL
+        SELECT id FROM (
+            SELECT id
+            FROM awa_job
+            WHERE state = 'available'
+              AND queue = %(queue)s::varchar
+              AND priority = 3
+              AND run_at <= now()
+              AND (run_at, id) > (COALESCE(%(after_run_at_3)s::timestamptz, '-infinity'),
+                                  COALESCE(%(after_id_3)s::bigint, 0))
+            ORDER BY run_at, id
+            LIMIT %(limit)s::int
+            FOR UPDATE SKIP LOCKED
+        ) AS lane3
+        UNION ALL
+        SELECT id FROM (
+            SELECT id
+            FROM awa_job
+            WHERE state = 'available'
+              AND queue = %(queue)s::varchar
+              AND priority = 4
+              AND run_at <= now()
+              AND (run_at, id) > (COALESCE(%(after_run_at_4)s::timestamptz, '-infinity'),
+                                  COALESCE(%(after_id_4)s::bigint, 0))
+            ORDER BY run_at, id
+            LIMIT %(limit)s::int
+            FOR UPDATE SKIP LOCKED
+        ) AS lane4
+        LIMIT %(limit)s::int
+    ) AS lanes
+    WHERE NOT EXISTS (SELECT 1 FROM awa_queue WHERE name = %(queue)s::varchar AND paused)
 )
 UPDATE awa_job AS j
 SET state = 'running',

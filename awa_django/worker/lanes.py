@@ -64,8 +64,9 @@ class LaneCursors:
         """claim_jobs' cursor parameters for the next claim.
 
         When the look-behind found jobs behind some cursors and no rewinding claim is out, this
-        claim starts those lanes just before them. ``lanes_generation`` and ``lanes_rewound`` (the
-        SQL ignores them) are what ``advance`` or ``claim_failed`` need back.
+        claim starts those lanes just before them. The SQL binds ``after_run_at_1`` ..
+        ``after_id_4``; the lists ``after_run_at``/``after_id``, ``lanes_generation`` and
+        ``lanes_rewound`` (the SQL ignores them) are what ``advance`` or ``claim_failed`` need back.
         """
         rewound: list[bool] = [False] * LANES
         starts = list(self._cursor)
@@ -76,12 +77,17 @@ class LaneCursors:
             self._pending = [None] * LANES
             self._rewind_out = True
             self.rewinds += 1
-        return {
+        params: dict[str, Any] = {
             "after_run_at": [None if c is None else c[0] for c in starts],
             "after_id": [None if c is None else c[1] for c in starts],
             "lanes_generation": self._generation,
             "lanes_rewound": rewound,
         }
+        # What claim_jobs.sql binds: one scalar per lane (after_run_at_1 ...), cheaper than arrays.
+        for lane, start in enumerate(starts, 1):
+            params[f"after_run_at_{lane}"] = None if start is None else start[0]
+            params[f"after_id_{lane}"] = None if start is None else start[1]
+        return params
 
     def looking(self) -> list[tuple[int, Key]]:
         """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
