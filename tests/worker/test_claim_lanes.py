@@ -14,8 +14,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -197,19 +198,21 @@ def test_claim__with_lane_cursors__claims_in_order_ahead_and_nothing_left_behind
     assert counts == attempts
 
 
-def ready(lanes: LaneCursors) -> bool:
-    """find_ready_queues for this one queue, with its lanes' cursors, as the backlog probe asks."""
+def probe_params(lanes: LaneCursors) -> dict[str, list[Any]]:
+    """find_ready_queues' parameters for this one queue, with its lanes' cursors, as the backlog
+    probe (worker/listener.py) builds them."""
     cursors = lanes.cursors()
-    rows = run(
-        "find_ready_queues",
-        {
-            "queues": [QUEUE] * len(cursors),
-            "lanes": list(range(1, len(cursors) + 1)),
-            "after_run_at": [None if key is None else key[0] for key in cursors],
-            "after_id": [None if key is None else key[1] for key in cursors],
-        },
-    )
-    return [row[0] for row in rows] == [QUEUE]
+    return {
+        "queues": [QUEUE] * len(cursors),
+        "lanes": list(range(1, len(cursors) + 1)),
+        "after_run_at": [None if key is None else key[0] for key in cursors],
+        "after_id": [None if key is None else key[1] for key in cursors],
+    }
+
+
+def ready(lanes: LaneCursors) -> bool:
+    """find_ready_queues for this one queue, as the backlog probe asks."""
+    return [row[0] for row in run("find_ready_queues", probe_params(lanes))] == [QUEUE]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -245,3 +248,54 @@ def test_window_look__finds_a_job_just_behind_the_cursor__the_full_look_one_far_
     assert h.look(window=2.0) == []
     assert h.look() == [old]
     assert h.claim(5) == [old]
+
+
+def buffers_touched(name: str, params: dict[str, Any]) -> int:
+    """Shared buffers (hit or read) one execution of a statement touched, by EXPLAIN ANALYZE, in a
+    transaction rolled back (claim_jobs writes)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statements[name], params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+        transaction.set_rollback(True)
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_old_snapshot__claim_and_backlog_probe_touch_only_what_lies_past_the_cursor() -> None:
+    """While a snapshot older than every claim is held, each claimed job leaves a dead entry in the
+    available index that nothing can remove. The next claim and the backlog probe must start past
+    them (their cost may not grow with the jobs claimed), whatever plan the statistics suggest: an
+    ANALYZE after the claims says the index is nearly empty, which once turned the probe's EXISTS
+    into a hash semi-join over all of it (over a hundred buffers here; the bound is 30)."""
+    Job.objects.all().delete()
+    run_at = timezone.now() - timedelta(seconds=10)
+    Job.objects.enqueue_many(
+        {"kind": "noop", "args": {"i": i}, "queue": QUEUE, "priority": 2, "run_at": run_at} for i in range(5000)
+    )
+    old = psycopg.connect(**connection.get_connection_params())
+    try:
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT count(*) FROM awa_job").fetchone()  # the snapshot: from before every claim
+        lanes = LaneCursors()
+        claimed = 0
+        while True:
+            params = {"queue": QUEUE, "limit": 250, "deadline": None, **lanes.params()}
+            rows = run("claim_jobs", params)
+            lanes.advance(rows, params)
+            claimed += len(rows)
+            if not rows:
+                break
+        assert claimed == 5000
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE awa_job")
+        assert not ready(lanes)
+        touched = {
+            "find_ready_queues": buffers_touched("find_ready_queues", probe_params(lanes)),
+            "claim_jobs": buffers_touched(
+                "claim_jobs", {"queue": QUEUE, "limit": 32, "deadline": None, **lanes.params()}
+            ),
+        }
+        assert old.execute("SELECT count(*) FROM awa_job").fetchone() == (5000,)  # still the old snapshot
+    finally:
+        old.close()
+    assert all(n <= 30 for n in touched.values()), touched
