@@ -21,7 +21,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from awa_django.models import Job
+from awa_django.models import Job, Queue
 from awa_django.sql import statements
 from awa_django.worker.lanes import LaneCursors
 
@@ -248,6 +248,23 @@ def test_window_look__finds_a_job_just_behind_the_cursor__the_full_look_one_far_
     assert h.look(window=2.0) == []
     assert h.look() == [old]
     assert h.claim(5) == [old]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_paused_queue__claims_nothing_from_any_lane_until_resumed() -> None:
+    """The pause is a one-time filter above the lanes' Append: checked before any lane is scanned
+    (and any row locked), whatever lies in which lane."""
+    Job.objects.all().delete()
+    queue = Queue.objects.create(name=QUEUE, paused=True)
+    ids = [job_id for priority in (4, 1, 3, 2) for job_id in enqueue(priority, 5, 2)]
+    h = History()
+    h.made_available(ids)
+    params = {"queue": QUEUE, "limit": 10, "deadline": None, **h.lanes.params()}
+    assert run("claim_jobs", params) == []
+    assert sorted(available_ids()) == sorted(ids)
+    queue.paused = False
+    queue.save()
+    assert sorted(h.claim(10)) == sorted(ids)  # History.claim checks the order against the oracle
 
 
 def buffers_touched(name: str, params: dict[str, Any]) -> int:
