@@ -25,19 +25,9 @@ from awa_django.defaults import (
     WEIGHT_DEFAULT,
 )
 from awa_django.managers import JobManager, JobQuerySet
-
-
-class JobState(models.TextChoices):
-    SCHEDULED = "scheduled", "scheduled"
-    AVAILABLE = "available", "available"
-    RUNNING = "running", "running"
-    COMPLETED = "completed", "completed"
-    RETRYABLE = "retryable", "retryable"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
-
-
-TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+from awa_django.states import CHOICES as STATE_CHOICES
+from awa_django.states import TERMINAL_STATES as TERMINAL_STATES
+from awa_django.states import JobState as JobState
 
 
 class _EqualsAny(Func):
@@ -55,7 +45,7 @@ class Job(models.Model):
     kind = models.CharField(max_length=NAME_MAX_LENGTH)
     queue = models.CharField(max_length=NAME_MAX_LENGTH, default=QUEUE_DEFAULT)
     args = models.JSONField(default=dict, blank=True)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.AVAILABLE)
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default=JobState.AVAILABLE)
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
     attempt = models.SmallIntegerField(default=0)
     max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
@@ -119,7 +109,7 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(attempt__gte=0), name="awa_job_attempt_non_negative"),
             models.CheckConstraint(condition=~Q(kind=""), name="awa_job_kind_not_empty"),
             models.CheckConstraint(condition=~Q(queue=""), name="awa_job_queue_not_empty"),
-            models.CheckConstraint(condition=Q(state__in=JobState.values), name="awa_job_state_valid"),
+            models.CheckConstraint(condition=Q(state__in=list(JobState)), name="awa_job_state_valid"),
         ]
 
     def __str__(self) -> str:

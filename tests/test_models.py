@@ -83,7 +83,7 @@ def test_job__factory_defaults_satisfy_every_constraint() -> None:
 
 @pytest.mark.django_db
 def test_job_queryset__state_methods_select_exactly_their_state() -> None:
-    jobs = {state: JobFactory(state=state) for state in JobState.values}
+    jobs = {state: JobFactory(state=state) for state in [s.value for s in JobState]}
 
     for state, job in jobs.items():
         assert list(getattr(Job.objects, state)()) == [job], state
@@ -102,7 +102,7 @@ def test_job_queryset__stale_is_running_with_an_old_heartbeat() -> None:
 
 @pytest.mark.django_db
 def test_job__is_terminal_only_in_finished_states() -> None:
-    terminal = {state for state in JobState.values if JobFactory.build(state=state).is_terminal}
+    terminal = {state for state in [s.value for s in JobState] if JobFactory.build(state=state).is_terminal}
 
     assert terminal == {"completed", "failed", "cancelled"}
 
