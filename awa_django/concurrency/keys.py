@@ -1,0 +1,338 @@
+"""Fair shares of one queue's slots among its fair keys: the rule, proven before it is wired.
+
+A job may carry a *fair key* (``"tenant:42"``; jobs without one share the default key ``""``).
+The queue's slots, however its mode gives them (``max_workers``, or floor plus overflow share),
+are shared among the keys that have due jobs, in proportion to each key's weight, no key above
+its cap (``max_running``), what a capped key cannot use going to the others: a weighted
+water-fill. It is work-conserving: a lone key uses every slot. Priority orders a key's own jobs
+and never reaches across keys, so one key's flood of priority-1 jobs cannot starve another
+key's priority-2 job.
+
+**How the integer slots rotate: fair queueing on slot-seconds.** Each key has a *tag*, the
+slot-seconds it has been served per unit of weight: the run time of its finished attempts plus,
+for each attempt still running, its estimated run time (the key's moving average), divided by
+its weight. A free slot goes to the eligible key (it has due jobs and is below its cap) with the
+lowest tag; ties go to the key with fewer attempts running, then to the one served longest ago.
+Granting a slot raises the key's tag by its estimate, and the attempt's end corrects the estimate
+with the real run time, so tags of continuously backlogged keys stay within one attempt's charge
+of each other: each key's slot-seconds, and so its average running count, approach its weighted
+water-fill share. A batch of n slots is n such picks, so one claim spreads across keys.
+
+**Joining.** A key that gets due jobs again joins at the *virtual time* (the lowest tag served
+so far), never below it: an idle key does not bank credit while it is away ("use it or lose
+it"), and one that took more than its share keeps that debt while the allocator remembers it.
+A key at its cap (or held back by a cap that holds across workers) falls behind while its
+weighted share is above its cap; that lag only makes it take back each slot it releases, which
+is exactly its water-filled share (its cap), and a change of its weight or cap sets it level
+again, so the lag can never turn into a burst.
+A joining key ties with the lowest and wins the tie when it has fewer running: a key that gets a
+due job is served within as many slot grants as there are keys tied with it, however deep the
+others' backlogs are.
+
+**Cost and memory.** A pick is O(log k) in the number of eligible keys (a heap with lazy
+deletion); nothing here walks every key. A key that is neither running nor backlogged is kept
+only in a bounded most-recently-used table (``memory`` keys), so keys that go idle leave no
+unbounded state behind; forgetting a key forgives at most its debt.
+
+Pure: no clock, no I/O. Run times are passed in. The cap here is this allocator's own view; a
+cap that must hold across every worker sharing the database is enforced where the claim runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from awa_django.concurrency.validation import check_count, is_int
+
+DEFAULT_KEY = ""
+KEY_MEMORY_DEFAULT = 10_000  # idle keys remembered (their debt and run-time estimate)
+_ESTIMATE_FLOOR = 1e-6  # seconds: a grant always costs something, so ties always move on
+_ESTIMATE_SMOOTHING = 0.2  # weight of the newest run time in a key's moving average
+
+
+@dataclass(slots=True)
+class _Key:
+    weight: int
+    cap: int | None
+    served: float = 0.0  # slot-seconds of finished attempts
+    running: int = 0
+    backlog: int = 0  # due jobs known and not yet granted (a hint; a short claim zeroes it)
+    blocked: bool = False  # held back elsewhere (a cluster-wide cap): not picked until unblocked
+    estimate: float | None = None  # moving average of this key's run times
+    last_grant: int = -1  # grant sequence number, for the tie-break
+    version: int = 0  # heap entries of older versions are stale
+
+    def tag(self, fallback: float) -> float:
+        estimate = self.estimate if self.estimate is not None else fallback
+        return (self.served + self.running * max(estimate, _ESTIMATE_FLOOR)) / self.weight
+
+    @property
+    def eligible(self) -> bool:
+        return self.backlog > 0 and not self.blocked and (self.cap is None or self.running < self.cap)
+
+    @property
+    def idle(self) -> bool:
+        return self.backlog == 0 and self.running == 0
+
+
+def _check_weight(key: str, weight: object) -> int:
+    if not (is_int(weight) and weight >= 1):
+        raise ValueError(f"weight of fair key {key!r} must be an integer of at least 1, got {weight!r}")
+    return weight
+
+
+def _check_cap(key: str, cap: object) -> int | None:
+    if cap is None:
+        return None
+    if not (is_int(cap) and cap >= 1):
+        raise ValueError(f"max_running of fair key {key!r} must be an integer of at least 1 or None, got {cap!r}")
+    return cap
+
+
+class KeyShares:
+    """One queue's fair keys and the slots among them; see the module docstring for the rule.
+
+    The runner tells it what it learns: ``offer(key, n)`` when n due jobs of a key are seen,
+    ``pick(n)`` for n permits in hand (the grants, key by key), ``returned(key, granted, claimed)``
+    after the claim, and ``finished(key, seconds)`` when an attempt ends.
+    """
+
+    def __init__(
+        self,
+        *,
+        default_weight: int = 1,
+        default_cap: int | None = None,
+        weights: Mapping[str, int] | None = None,
+        caps: Mapping[str, int | None] | None = None,
+        memory: int = KEY_MEMORY_DEFAULT,
+    ) -> None:
+        check_count("memory", memory)
+        self._keys: dict[str, _Key] = {}  # keys running or backlogged
+        self._idle: OrderedDict[str, _Key] = OrderedDict()  # remembered idle keys, oldest first
+        self._memory = memory
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._virtual = 0.0  # the lowest tag granted so far (never decreases)
+        self._grants = 0
+        self._estimate: float | None = None  # the queue's moving average, for keys with none
+        self.configure(default_weight=default_weight, default_cap=default_cap, weights=weights, caps=caps)
+
+    # --- configuration -------------------------------------------------------------
+
+    def configure(
+        self,
+        *,
+        default_weight: int = 1,
+        default_cap: int | None = None,
+        weights: Mapping[str, int] | None = None,
+        caps: Mapping[str, int | None] | None = None,
+    ) -> None:
+        """Set the defaults and the per-key overrides (all of them: a key left out of ``weights``
+        or ``caps`` goes back to the default). Running attempts are never taken back: a key above
+        a lowered cap gets nothing new until it is below it."""
+        self._default_weight = _check_weight("(default)", default_weight)
+        self._default_cap = _check_cap("(default)", default_cap)
+        self._weights = {key: _check_weight(key, w) for key, w in (weights or {}).items()}
+        self._caps = {key: _check_cap(key, c) for key, c in (caps or {}).items()}
+        for key, entry in self._keys.items():
+            old = (entry.weight, entry.cap)
+            entry.weight, entry.cap = self._weight(key), self._cap(key)
+            if (entry.weight, entry.cap) != old:
+                self._join(entry)
+            self._push(key, entry)
+        for key, entry in self._idle.items():
+            entry.weight, entry.cap = self._weight(key), self._cap(key)
+
+    def _weight(self, key: str) -> int:
+        return self._weights.get(key, self._default_weight)
+
+    def _cap(self, key: str) -> int | None:
+        return self._caps[key] if key in self._caps else self._default_cap
+
+    # --- reading -------------------------------------------------------------------
+
+    def running(self, key: str) -> int:
+        entry = self._keys.get(key)
+        return 0 if entry is None else entry.running
+
+    def backlog(self, key: str) -> int:
+        entry = self._keys.get(key)
+        return 0 if entry is None else entry.backlog
+
+    @property
+    def active(self) -> frozenset[str]:
+        """Keys running or with due jobs known."""
+        return frozenset(self._keys)
+
+    @property
+    def remembered(self) -> int:
+        """How many idle keys are kept (at most ``memory``)."""
+        return len(self._idle)
+
+    def has_eligible(self) -> bool:
+        """Whether a pick would grant anything (a free slot has a taker)."""
+        self._drop_stale()
+        return bool(self._heap)
+
+    def tag(self, key: str) -> float:
+        entry = self._keys.get(key) or self._idle.get(key)
+        return self._virtual if entry is None else entry.tag(self._fallback())
+
+    # --- events --------------------------------------------------------------------
+
+    def offer(self, key: str, count: int = 1) -> None:
+        """``count`` more due jobs of ``key`` were seen."""
+        check_count("count", count)
+        if count == 0:
+            return
+        entry = self._entry(key)
+        if entry.backlog == 0:
+            self._join(entry)
+        entry.backlog += count
+        self._push(key, entry)
+
+    def pick(self, slots: int) -> dict[str, int]:
+        """Grant up to ``slots`` slots, one at a time by the rule; the grants per key.
+
+        Each grant counts as running from now on (``returned`` takes back what the claim did not
+        fill), so the caller claims at most that many jobs of each key."""
+        check_count("slots", slots)
+        grants: dict[str, int] = {}
+        fallback = self._fallback()
+        while slots > 0 and self._heap:
+            tag, _, _, key, version = heapq.heappop(self._heap)
+            entry = self._keys.get(key)
+            if entry is None or entry.version != version or not entry.eligible:
+                continue
+            self._virtual = max(self._virtual, tag)
+            entry.running += 1
+            entry.backlog -= 1
+            entry.last_grant = self._grants
+            self._grants += 1
+            grants[key] = grants.get(key, 0) + 1
+            slots -= 1
+            self._push(key, entry, fallback)
+        return grants
+
+    def returned(self, key: str, granted: int, claimed: int, *, dry: bool = True) -> None:
+        """The claim for ``granted`` slots of ``key`` took ``claimed`` jobs (``claimed <= granted``).
+
+        A short claim gives the unfilled grants back. With ``dry`` (the default) it also means
+        the key has no more due jobs now; ``dry=False`` says the jobs are there but held back
+        elsewhere (a cluster-wide cap), so the key waits for ``unblock``."""
+        check_count("granted", granted)
+        check_count("claimed", claimed)
+        if claimed > granted:
+            raise ValueError(f"claimed ({claimed}) cannot exceed granted ({granted}) for fair key {key!r}")
+        entry = self._keys.get(key)
+        unfilled = granted - claimed
+        if entry is None or unfilled == 0:
+            return
+        if unfilled > entry.running:
+            raise ValueError(f"fair key {key!r} has {entry.running} running, cannot give back {unfilled}")
+        entry.running -= unfilled
+        if dry:
+            entry.backlog = 0
+        else:
+            entry.backlog += unfilled
+            entry.blocked = True
+        self._settle(key, entry)
+
+    def finished(self, key: str, seconds: float) -> None:
+        """An attempt of ``key`` ended after holding its slot ``seconds``."""
+        if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and math.isfinite(seconds)):
+            raise ValueError(f"seconds must be a finite number, got {seconds!r}")
+        entry = self._keys.get(key)
+        if entry is None or entry.running == 0:
+            raise ValueError(f"fair key {key!r} has no attempt running")
+        seconds = max(0.0, float(seconds))
+        entry.running -= 1
+        entry.served += seconds
+        entry.estimate = (
+            seconds if entry.estimate is None else entry.estimate + _ESTIMATE_SMOOTHING * (seconds - entry.estimate)
+        )
+        self._estimate = (
+            seconds if self._estimate is None else self._estimate + _ESTIMATE_SMOOTHING * (seconds - self._estimate)
+        )
+        self._settle(key, entry)
+
+    def unblock(self, keys: Iterable[str] | None = None) -> None:
+        """Let keys held back by ``returned(..., dry=False)`` be picked again (all, or ``keys``)."""
+        for key in list(self._keys) if keys is None else keys:
+            entry = self._keys.get(key)
+            if entry is not None and entry.blocked:
+                entry.blocked = False
+                self._push(key, entry)
+
+    # --- internals -----------------------------------------------------------------
+
+    def _fallback(self) -> float:
+        return self._estimate if self._estimate is not None else _ESTIMATE_FLOOR
+
+    def _entry(self, key: str) -> _Key:
+        entry = self._keys.get(key)
+        if entry is None:
+            entry = self._idle.pop(key, None) or _Key(self._weight(key), self._cap(key))
+            self._keys[key] = entry
+        return entry
+
+    def _join(self, entry: _Key) -> None:
+        """A key gets due jobs again, or new limits: it joins no lower than the virtual time."""
+        estimate = max(entry.estimate if entry.estimate is not None else self._fallback(), _ESTIMATE_FLOOR)
+        floor = (self._virtual * entry.weight) - entry.running * estimate
+        entry.served = max(entry.served, floor)
+
+    def _push(self, key: str, entry: _Key, fallback: float | None = None) -> None:
+        entry.version += 1
+        if entry.eligible:
+            tag = entry.tag(self._fallback() if fallback is None else fallback)
+            heapq.heappush(self._heap, (tag, entry.running, entry.last_grant, key, entry.version))
+
+    def _settle(self, key: str, entry: _Key) -> None:
+        if entry.idle:
+            del self._keys[key]
+            entry.version += 1
+            entry.blocked = False
+            self._idle[key] = entry
+            self._idle.move_to_end(key)
+            while len(self._idle) > self._memory:
+                self._idle.popitem(last=False)
+        else:
+            self._push(key, entry)
+
+    def _drop_stale(self) -> None:
+        while self._heap:
+            _, _, _, key, version = self._heap[0]
+            entry = self._keys.get(key)
+            if entry is not None and entry.version == version and entry.eligible:
+                return
+            heapq.heappop(self._heap)
+
+
+def water_fill(total: float, weights: Mapping[str, int], caps: Mapping[str, float | None]) -> dict[str, float]:
+    """Each key's fractional share of ``total`` slots: by weight, none above its cap, what a
+    capped key cannot use divided among the others the same way. Shares sum to
+    ``min(total, sum of caps)``. O(k log k)."""
+    if total < 0:
+        raise ValueError(f"total must be at least 0, got {total!r}")
+    for key, weight in weights.items():
+        _check_weight(key, weight)
+
+    def cap_per_weight(key: str) -> float:
+        cap = caps.get(key)
+        return math.inf if cap is None else cap / weights[key]
+
+    order = sorted(weights, key=cap_per_weight)  # the most tightly capped first
+    shares: dict[str, float] = {}
+    left, weight_left = float(total), sum(weights.values())
+    for key in order:
+        fair = left * weights[key] / weight_left if weight_left else 0.0
+        cap = caps.get(key)
+        share = fair if cap is None else min(fair, float(cap))
+        shares[key] = share
+        left -= share
+        weight_left -= weights[key]
+    return shares

@@ -1,0 +1,269 @@
+"""Fair keys inside a queue (`awa_django.concurrency.keys`): the rule on a virtual clock.
+
+The promise: every continuously backlogged key's long-run share of the queue's slots is its
+weighted water-fill share (caps honoured); a key that gets a due job is served within a bounded
+number of grants whatever the others' backlog; no key ever runs more than its cap; a lone key
+uses every slot; idle keys leave bounded state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from awa_django.concurrency.keys import KeyShares, water_fill
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    name: str
+    weight: int
+    cap: int | None
+    duration: float
+    arrives: float = 0.0  # when its backlog appears
+    jobs: int | None = None  # None: backlogged for the whole run
+
+
+@dataclass
+class Run:
+    slot_seconds: dict[str, float]  # measured over [start, end)
+    first_start: dict[str, float]
+    grants_before_first: dict[str, int]  # grants to other, uncapped keys between arrival and first start
+    max_running: dict[str, int]
+
+
+def simulate(slots: int, specs: list[KeySpec], *, until: float, measure_from: float = 0.0) -> Run:
+    """Run ``slots`` slots over the keys' jobs: every free slot is offered to `KeyShares` at once
+    (as a runner holding permits would), every job holds its slot for its key's duration."""
+    shares = KeyShares(weights={s.name: s.weight for s in specs}, caps={s.name: s.cap for s in specs})
+    by_name = {s.name: s for s in specs}
+    left = {s.name: (math.inf if s.jobs is None else s.jobs) for s in specs}
+    running: list[tuple[float, int, str, float]] = []  # (end, seq, key, start)
+    seq = itertools.count()
+    arrivals = sorted(specs, key=lambda s: s.arrives)
+    pending = list(arrivals)
+    measured = {s.name: 0.0 for s in specs}
+    first: dict[str, float] = {}
+    grants_before = {s.name: 0 for s in specs}
+    arrived: set[str] = set()
+    in_flight = {s.name: 0 for s in specs}
+    peak = {s.name: 0 for s in specs}
+    now = 0.0
+    while now < until:
+        while pending and pending[0].arrives <= now:
+            spec = pending.pop(0)
+            arrived.add(spec.name)
+            shares.offer(spec.name, 10**9 if spec.jobs is None else spec.jobs)
+        free = slots - len(running)
+        grants = shares.pick(free) if free else {}
+        for key, count in grants.items():
+            take = int(min(count, left[key]))
+            shares.returned(key, count, take)
+            for other in arrived:
+                if other != key and other not in first and by_name[key].cap is None:
+                    grants_before[other] += take
+            for _ in range(take):
+                left[key] -= 1
+                first.setdefault(key, now)
+                heapq.heappush(running, (now + by_name[key].duration, next(seq), key, now))
+                in_flight[key] += 1
+                peak[key] = max(peak[key], in_flight[key])
+        next_arrival = pending[0].arrives if pending else math.inf
+        if not running and next_arrival == math.inf:
+            break
+        if running and running[0][0] <= next_arrival:
+            end, _, key, start = heapq.heappop(running)
+            now = end
+            in_flight[key] -= 1
+            lo, hi = max(start, measure_from), min(end, until)
+            if hi > lo:
+                measured[key] += hi - lo
+            shares.finished(key, end - start)
+        else:
+            now = next_arrival
+    for end, _, key, start in running:  # still running at the end: count what was inside the window
+        lo, hi = max(start, measure_from), min(end, until)
+        if hi > lo:
+            measured[key] += hi - lo
+    return Run(measured, first, grants_before, peak)
+
+
+DURATIONS = (0.02, 0.05, 0.1, 0.2)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[int, list[KeySpec]]:
+    slots = draw(st.integers(1, 8))
+    count = draw(st.integers(1, 5))
+    specs = [
+        KeySpec(
+            name=f"k{i}",
+            weight=draw(st.integers(1, 8)),
+            cap=draw(st.none() | st.integers(1, 4)),
+            duration=draw(st.sampled_from(DURATIONS)),
+        )
+        for i in range(count)
+    ]
+    return slots, specs
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios())
+def test_long_run_share__each_backlogged_key_within_5_percent_of_its_water_fill(
+    case: tuple[int, list[KeySpec]],
+) -> None:
+    slots, specs = case
+    longest = max(s.duration for s in specs)
+    until = 200 * longest
+    run = simulate(slots, specs, until=until, measure_from=10 * longest)
+    window = until - 10 * longest
+    ideal = water_fill(slots, {s.name: s.weight for s in specs}, {s.name: s.cap for s in specs})
+    for spec in specs:
+        measured = run.slot_seconds[spec.name] / window
+        # 5 % of the share, and never less than one job's worth of slot time over the window
+        # (an integer slot cannot be split finer than one attempt).
+        slack = max(0.05 * ideal[spec.name], spec.duration / window)
+        assert abs(measured - ideal[spec.name]) <= slack, (spec, measured, ideal)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_cap__never_exceeded(case: tuple[int, list[KeySpec]]) -> None:
+    slots, specs = case
+    run = simulate(slots, specs, until=50 * max(s.duration for s in specs))
+    for spec in specs:
+        if spec.cap is not None:
+            assert run.max_running[spec.name] <= spec.cap
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.integers(1, 8), st.sampled_from(DURATIONS))
+def test_newcomer__served_within_one_grant_per_competing_key(
+    case: tuple[int, list[KeySpec]], weight: int, duration: float
+) -> None:
+    """A key whose first job arrives while the others flood is started before the uncapped others
+    have been granted more slots than there are keys, however deep their backlog. (A capped key
+    taking back the slot it just released takes nothing from the newcomer's share.)"""
+    slots, specs = case
+    arrives = 10 * max(s.duration for s in specs)
+    newcomer = KeySpec("new", weight, None, duration, arrives=arrives, jobs=5)
+    run = simulate(slots, [*specs, newcomer], until=arrives + 40 * max(s.duration for s in specs))
+    assert "new" in run.first_start
+    assert run.grants_before_first["new"] <= len(specs)
+
+
+def test_flood_and_a_small_key__the_small_key_starts_at_the_next_release() -> None:
+    flood = KeySpec("a", 1, None, 0.05)
+    small = KeySpec("b", 1, None, 0.05, arrives=1.0, jobs=50)
+    run = simulate(10, [flood, small], until=10.0)
+    assert run.first_start["b"] - 1.0 <= 0.05  # within one job length of its arrival
+    assert run.grants_before_first["b"] == 0
+
+
+def test_thousand_equal_keys_on_ten_slots__every_key_served_within_one_rotation() -> None:
+    specs = [KeySpec(f"k{i}", 1, None, 0.05) for i in range(1000)]
+    run = simulate(10, specs, until=6.0)  # one rotation: 1,000 grants = 100 releases of 10 slots
+    assert len(run.first_start) == 1000
+    assert max(run.first_start.values()) <= 100 * 0.05
+
+
+def test_weights_1_2_5__shares_an_eighth_two_and_five() -> None:
+    specs = [KeySpec("a", 1, None, 0.05), KeySpec("b", 2, None, 0.05), KeySpec("c", 5, None, 0.05)]
+    run = simulate(8, specs, until=100.0, measure_from=1.0)
+    total = sum(run.slot_seconds.values())
+    for spec, ideal in zip(specs, (1 / 8, 2 / 8, 5 / 8), strict=True):
+        assert abs(run.slot_seconds[spec.name] / total - ideal) <= 0.05 * ideal
+
+
+def test_lone_key__uses_every_slot() -> None:
+    run = simulate(7, [KeySpec("only", 1, None, 0.1)], until=20.0, measure_from=1.0)
+    assert run.slot_seconds["only"] == pytest.approx(7 * 19.0)
+
+
+def test_priority_flood_cannot_starve__the_allocator_never_looks_at_priority() -> None:
+    """Priority orders a key's own jobs in the claim; the allocator shares slots by key alone,
+    so a key whose jobs are all priority 1 takes no more than its share from a priority-4 key."""
+    run = simulate(4, [KeySpec("urgent", 1, None, 0.05), KeySpec("lowly", 1, None, 0.05)], until=50.0, measure_from=1)
+    assert run.slot_seconds["lowly"] == pytest.approx(run.slot_seconds["urgent"], rel=0.05)
+
+
+def test_idle_keys__bounded_memory() -> None:
+    shares = KeyShares(memory=100)
+    for i in range(5_000):
+        key = f"tenant:{i}"
+        shares.offer(key, 1)
+        assert shares.pick(1) == {key: 1}
+        shares.returned(key, 1, 1)
+        shares.finished(key, 0.01)
+    assert shares.active == frozenset()
+    assert shares.remembered == 100
+
+
+def test_returning_key__banks_no_credit_while_away() -> None:
+    """A key that was idle while another ran joins level with it, not owed the time it was away."""
+    shares = KeyShares()
+    shares.offer("busy", 10**6)
+    for _ in range(1000):
+        (key,) = shares.pick(1)
+        shares.finished(key, 0.05)
+    shares.offer("back", 10**6)
+    grants = {"busy": 0, "back": 0}
+    for _ in range(100):
+        (key,) = shares.pick(1)
+        grants[key] += 1
+        shares.finished(key, 0.05)
+    assert abs(grants["busy"] - grants["back"]) <= 2
+
+
+def test_blocked_key__waits_for_unblock_and_others_take_its_slots() -> None:
+    shares = KeyShares()
+    shares.offer("capped-elsewhere", 5)
+    shares.offer("free", 5)
+    grants = shares.pick(2)
+    assert grants == {"capped-elsewhere": 1, "free": 1}
+    shares.returned("capped-elsewhere", 1, 0, dry=False)
+    assert shares.pick(3) == {"free": 3}
+    shares.unblock()
+    assert shares.pick(1) == {"capped-elsewhere": 1}
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: KeyShares(default_weight=0), "weight of fair key '(default)' must be an integer of at least 1, got 0"),
+        (lambda: KeyShares(weights={"t": True}), "weight of fair key 't' must be an integer of at least 1, got True"),
+        (lambda: KeyShares(caps={"t": 0}), "max_running of fair key 't' must be an integer of at least 1 or None"),
+        (lambda: KeyShares().finished("nobody", 1.0), "fair key 'nobody' has no attempt running"),
+        (lambda: KeyShares().offer("t", -1), "count must be an integer of at least 0, got -1"),
+    ],
+)
+def test_bad_input__clear_errors(call: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()  # type: ignore[operator]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 50),
+    st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 9), min_size=1, max_size=6),
+    st.data(),
+)
+def test_water_fill__matches_the_definition(total: float, weights: dict[str, int], data: st.DataObject) -> None:
+    caps = {k: data.draw(st.none() | st.floats(0, 20)) for k in weights}
+    shares = water_fill(total, weights, caps)
+    bounded = sum(math.inf if c is None else c for c in caps.values())
+    assert sum(shares.values()) == pytest.approx(min(total, bounded), abs=1e-6)
+    # Each key is at its cap, or at the common level (share per weight) that no uncapped key is below.
+    uncapped = [k for k in weights if caps[k] is None or shares[k] < caps[k] - 1e-9]
+    if uncapped:
+        level = shares[uncapped[0]] / weights[uncapped[0]]
+        for key in uncapped:
+            assert shares[key] / weights[key] == pytest.approx(level, abs=1e-6)
+        for key in weights:
+            assert shares[key] / weights[key] <= level + 1e-6
