@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 
+from awa_django import durations
 from awa_django.concurrency import QueueLimits, collect_capacity_errors, collect_queue_errors
 from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import (
@@ -24,6 +25,28 @@ from awa_django.models import Queue
 from awa_django.services import global_maximums, live_workers
 
 LIMIT_FIELDS = ("max_workers", "min_workers", "weight", "rate_limit", "rate_burst")
+
+
+class HumanDurationField(forms.DurationField):
+    """A duration typed as ``600``, ``10m``, ``1h30m`` or ``00:10:00``, shown back as ``10m``."""
+
+    default_error_messages = {"invalid": "Enter a duration such as 600 (seconds), 10m, 1h30m or 00:10:00."}
+
+    def prepare_value(self, value: Any) -> Any:
+        return durations.describe(value) if isinstance(value, timedelta) else value
+
+    def to_python(self, value: Any) -> timedelta | None:
+        if value in self.empty_values:
+            return None
+        if isinstance(value, timedelta):
+            return value
+        try:
+            parsed = durations.parse(str(value))
+        except OverflowError:
+            parsed = None
+        if parsed is None:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return parsed
 
 
 def _field_of(error: ConfigurationError) -> str | None:
@@ -55,6 +78,14 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
     )
     rate_burst = forms.IntegerField(
         initial=RATE_BURST_DEFAULT, help_text="Token-bucket burst (0 or more); 0 means ceil(rate_limit)."
+    )
+    deadline = HumanDurationField(
+        required=False,
+        help_text=f"A running job of this queue is rescued after this long; empty = none. {durations.HELP}",
+    )
+    priority_aging = HumanDurationField(
+        required=False,
+        help_text=f"An available job waiting this long moves up one priority level; empty = never. {durations.HELP}",
     )
 
     class Meta:
