@@ -255,6 +255,8 @@ class WorkerCapacity(models.Model):
     class Meta:
         db_table = "awa_worker_capacity"
         ordering = ["instance_id"]
+        verbose_name = "worker capacity"
+        verbose_name_plural = "worker capacities"
 
     def __str__(self) -> str:
         return f"capacity of {self.instance_id}"

@@ -150,3 +150,14 @@ def test_job__full_clean_reports_a_unique_key_held_by_an_active_job() -> None:
     with pytest.raises(ValidationError, match="awa_job_unique_key_uniq"):
         JobFactory.build(unique_key="k", unique_states=["available"]).full_clean()
     JobFactory.build(unique_key="k", unique_states=["available"], state=JobState.COMPLETED).full_clean()
+
+
+def test_verbose_names__no_plural_made_by_appending_s_to_a_y() -> None:
+    """The admin's model list reads these; "Worker capacitys" was one."""
+    import re
+
+    from django.apps import apps
+
+    for model in apps.get_app_config("awa").get_models():
+        plural = str(model._meta.verbose_name_plural)
+        assert not re.search(r"[^aeiou]ys$", plural), (model.__name__, plural)
