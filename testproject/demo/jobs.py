@@ -53,7 +53,7 @@ def record(context: JobContext, seconds: float = 0.0) -> None:
 
 @job("send_welcome", queue="emails", max_attempts=5)
 async def send_welcome(user_id: int) -> str:
-    """Emails a new user (the signup view enqueues it; the README's testing example runs it)."""
+    """Emails a new user (the signup view enqueues it; the testing guide's example runs it)."""
     from django.contrib.auth import get_user_model
 
     user = await get_user_model().objects.aget(pk=user_id)

@@ -1,4 +1,4 @@
-"""A signup view that enqueues a job in its transaction: the subject of the README's testing example."""
+"""A signup view that enqueues a job in its transaction: the subject of the testing guide's example."""
 
 from __future__ import annotations
 

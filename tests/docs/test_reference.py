@@ -1,4 +1,5 @@
-"""The reference pages name everything the code declares: settings, check ids, metrics.
+"""The reference pages name everything the code declares: settings, check ids, metrics (the
+Prometheus table: tests/observability/test_docs.py).
 
 Pure: these read the package's source and the pages, and open no database connection.
 """
@@ -77,11 +78,6 @@ HISTOGRAMS = ("awa_job_wait_seconds", "awa_job_run_seconds")
 def prometheus_names() -> set[str]:
     """The families the worker's collector and the depth view export."""
     return {"awa_jobs_total", *HISTOGRAMS, *HELP} | {name for name, _, _ in (*QUEUE_GAUGES, *WORKER_GAUGES)}
-
-
-def test_metrics_page__the_prometheus_table_lists_every_metric() -> None:
-    text = page("reference/metrics.md").split("## OpenTelemetry", 1)[0]
-    assert set(TABLE_NAME.findall(text)) - set(OUTCOMES) == prometheus_names()
 
 
 def test_metrics_page__every_outcome_label_is_explained() -> None:

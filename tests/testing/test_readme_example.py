@@ -1,4 +1,4 @@
-"""Testing a view that enqueues a job: the README's example, kept verbatim (test_readme checks)."""
+"""Testing a view that enqueues a job: the testing guide's example, kept verbatim (test_readme checks)."""
 
 from django.core import mail
 from django.test import TestCase
