@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,8 @@ def command_help(name: str) -> str:
     from django.apps import apps
     from django.conf import settings
 
+    if str(ROOT) not in sys.path:  # a DJANGO_SETTINGS_MODULE of the checkout (testproject) must import
+        sys.path.insert(0, str(ROOT))
     if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
         settings.configure(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "awa_django"])
     if not apps.ready:
