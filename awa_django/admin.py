@@ -29,7 +29,7 @@ from django.views.decorators.http import require_POST
 from awa_django import services
 from awa_django.admin_dashboard import DashboardMixin
 from awa_django.forms import QueueForm
-from awa_django.models import TERMINAL_STATES, Job, Queue
+from awa_django.models import TERMINAL_STATES, Job, JobState, Queue
 from awa_django.registry import registry
 from awa_django.validation import brief
 
@@ -402,7 +402,8 @@ def _stats(obj: Queue) -> services.QueueStats:
 class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     form = QueueForm
     list_display = (
-        "name", "paused", "limits", "rate", "available", "scheduled", "running", "failed", "oldest_available",
+        "name", "paused", "limits", "rate", JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.FAILED,
+        "oldest_available",
         "mode", "in_flight", "overflow_held",
     )  # fmt: skip
     list_display_links = ("name",)
@@ -456,19 +457,19 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         burst = f", burst {obj.rate_burst}" if obj.rate_burst else ""
         return f"{obj.rate_limit:g}/s{burst}"
 
-    @admin.display(description="available")
+    @admin.display(description=JobState.AVAILABLE)
     def available(self, obj: Queue) -> int:
         return _stats(obj).available
 
-    @admin.display(description="scheduled")
+    @admin.display(description=JobState.SCHEDULED)
     def scheduled(self, obj: Queue) -> int:
         return _stats(obj).scheduled
 
-    @admin.display(description="running")
+    @admin.display(description=JobState.RUNNING)
     def running(self, obj: Queue) -> int:
         return _stats(obj).running
 
-    @admin.display(description="failed")
+    @admin.display(description=JobState.FAILED)
     def failed(self, obj: Queue) -> int:
         return _stats(obj).failed
 

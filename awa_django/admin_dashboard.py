@@ -91,8 +91,8 @@ def dashboard_context() -> dict[str, Any]:
                 "stats": entry,
                 "age": services.format_age(entry.oldest_available_age(now)),
                 "chart": build_chart(completed, failed, flow.start, width=150, height=30, axes=False),
-                "completed": sum(completed),
-                "failed": sum(failed),
+                JobState.COMPLETED: sum(completed),
+                JobState.FAILED: sum(failed),
             }
         )
     configured = awa_settings().GLOBAL_MAX_WORKERS
@@ -126,8 +126,11 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
     chart: Chart = context["awa_chart"]
     return {
         "generated_at": now.isoformat(),
-        "queues": [q["stats"].as_dict(now) | {"completed_last_hour": q["completed"], "failed_last_hour": q["failed"]}
-                   for q in context["awa_queues"]],
+        "queues": [
+            q["stats"].as_dict(now)
+            | {"completed_last_hour": q[JobState.COMPLETED], "failed_last_hour": q[JobState.FAILED]}
+            for q in context["awa_queues"]
+        ],
         "workers": [
             {
                 "worker": str(w["worker"]),
@@ -141,5 +144,5 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
             }
             for w in context["awa_workers"]
         ],
-        "last_hour": {"completed": chart.completed, "failed": chart.failed},
+        "last_hour": {JobState.COMPLETED: chart.completed, JobState.FAILED: chart.failed},
     }  # fmt: skip

@@ -72,22 +72,22 @@ class Job(models.Model):
             # claim_jobs: the hot path.
             models.Index(
                 fields=["queue", "priority", "run_at", "id"],
-                condition=Q(state="available"),
+                condition=Q(state=JobState.AVAILABLE),
                 name="awa_job_available_idx",
             ),
             # rescue_stale_jobs: running rows by heartbeat, and by deadline.
-            models.Index(fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"),
-            models.Index(fields=["deadline_at"], condition=Q(state="running"), name="awa_job_running_dl_idx"),
+            models.Index(fields=["heartbeat_at"], condition=Q(state=JobState.RUNNING), name="awa_job_running_hb_idx"),
+            models.Index(fields=["deadline_at"], condition=Q(state=JobState.RUNNING), name="awa_job_running_dl_idx"),
             # promote_due_jobs: scheduled and retryable rows by run_at.
             models.Index(
                 fields=["run_at"],
-                condition=Q(state__in=["scheduled", "retryable"]),
+                condition=Q(state__in=[JobState.SCHEDULED, JobState.RETRYABLE]),
                 name="awa_job_pending_run_at_idx",
             ),
             # delete_finished_jobs (retention) and the admin's state filter on finished rows.
             models.Index(
                 fields=["state", "finalized_at"],
-                condition=Q(state__in=["completed", "failed", "cancelled"]),
+                condition=Q(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]),
                 name="awa_job_finalized_idx",
             ),
         ]
