@@ -26,11 +26,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from awa_django import services
 from awa_django.admin_dashboard import DashboardMixin
 from awa_django.forms import QueueForm
 from awa_django.models import TERMINAL_STATES, Job, JobState, Queue
 from awa_django.registry import registry
+from awa_django.services.cluster import live_workers
+from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
+from awa_django.services.queues import pause_queues, resume_queues
+from awa_django.services.stats import COUNTED_STATES, QueueStats, estimated_job_count, format_age, queue_stats
 from awa_django.validation import brief
 
 if TYPE_CHECKING:
@@ -110,7 +113,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         if not isinstance(queryset, QuerySet):
             return len(queryset)
         if not queryset.query.where:
-            estimate = services.estimated_job_count()
+            estimate = estimated_job_count()
             if estimate is not None and estimate > COUNT_LIMIT:
                 self.awa_estimated = True
                 return estimate
@@ -310,26 +313,26 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     @admin.action(description="Retry selected jobs now (failed or cancelled)", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        done = services.retry_jobs(ids)
+        done = retry_jobs(ids)
         self._report(request, "Retried", done, len(ids), "only failed or cancelled jobs are retried")
 
     @admin.action(description="Cancel selected jobs (not yet finished)", permissions=["change"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        done = services.cancel_jobs(ids)
+        done = cancel_jobs(ids)
         self._report(request, "Cancelled", done, len(ids), "finished jobs cannot be cancelled")
 
     @admin.action(description="Discard (delete) selected jobs", permissions=["delete"])
     def discard_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        done = services.discard_jobs(ids)
+        done = discard_jobs(ids)
         self._report(request, "Discarded", done, len(ids), "already gone")
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        services.discard_jobs([obj.pk])
+        discard_jobs([obj.pk])
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        services.discard_jobs(list(queryset.values_list("pk", flat=True)))
+        discard_jobs(list(queryset.values_list("pk", flat=True)))
 
     # --- the detail page's buttons ---
 
@@ -352,13 +355,13 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         job = Job.objects.filter(pk=job_id).only("state").first() if job_id is not None else None
         if job is not None:
             can_change = self.has_change_permission(request)
-            extra["awa_can_retry"] = can_change and job.state in services.RETRYABLE_FROM
+            extra["awa_can_retry"] = can_change and job.state in RETRYABLE_FROM
             extra["awa_can_cancel"] = can_change and job.state not in TERMINAL_STATES
         return super().change_view(request, object_id, form_url, extra)
 
     @staticmethod
     def _act(action: str, job_id: int) -> int:
-        return {"retry": services.retry_jobs, "cancel": services.cancel_jobs}[action]([job_id])
+        return {"retry": retry_jobs, "cancel": cancel_jobs}[action]([job_id])
 
     def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         return require_POST(self._act_view)(request, object_id, action)
@@ -387,15 +390,15 @@ class QueueChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         rows = list(self.result_list)
-        stats = services.queue_stats(rows, workers=services.live_workers())
+        stats = queue_stats(rows, workers=live_workers())
         for row in rows:
             row.awa_stats = stats[row.name]
         self.result_list = rows
 
 
-def _stats(obj: Queue) -> services.QueueStats:
+def _stats(obj: Queue) -> QueueStats:
     stats = getattr(obj, "awa_stats", None)
-    return stats if isinstance(stats, services.QueueStats) else services.QueueStats(obj.name)
+    return stats if isinstance(stats, QueueStats) else QueueStats(obj.name)
 
 
 @admin.register(Queue)
@@ -475,7 +478,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
 
     @admin.display(description="oldest available")
     def oldest_available(self, obj: Queue) -> str:
-        return services.format_age(_stats(obj).oldest_available_age())
+        return format_age(_stats(obj).oldest_available_age())
 
     @admin.display(description="mode")
     def mode(self, obj: Queue) -> str:
@@ -499,8 +502,8 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     def live_status(self, obj: Queue | None) -> SafeString:
         if obj is None or obj.pk is None:
             return format_html('<span class="awa-muted">{}</span>', "saved queues show their jobs and workers here")
-        stats = services.queue_stats([obj])[obj.name]
-        counts = ", ".join(f"{state} {stats.count(state)}" for state in services.COUNTED_STATES)
+        stats = queue_stats([obj])[obj.name]
+        counts = ", ".join(f"{state} {stats.count(state)}" for state in COUNTED_STATES)
         capacity = format_html_join(
             "", "<div>{}: {} — in flight {}, free permits {}</div>",
             ((c.worker, c.describe(), c.in_flight, c.available) for c in stats.capacities),
@@ -508,7 +511,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return format_html(
             '<div class="awa-live">jobs: {}</div><div>oldest available job: {}</div>{}',
             counts,
-            services.format_age(stats.oldest_available_age()),
+            format_age(stats.oldest_available_age()),
             capacity or format_html("<div>{}</div>", "no live worker serves this queue"),
         )
 
@@ -517,13 +520,13 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     @admin.action(description="Pause selected queues", permissions=["change"])
     def pause_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        done = services.pause_queues(names)
+        done = pause_queues(names)
         self.message_user(request, f"Paused {done} queue(s); {len(names) - done} already paused.", messages.SUCCESS)
 
     @admin.action(description="Resume selected queues", permissions=["change"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        done = services.resume_queues(names)
+        done = resume_queues(names)
         self.message_user(request, f"Resumed {done} queue(s); {len(names) - done} were not paused.", messages.SUCCESS)
 
 

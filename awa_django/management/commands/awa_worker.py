@@ -228,7 +228,7 @@ class Command(BaseCommand):
                 started=started,
             )
         # Periodic jobs declared in code become Schedule rows (the maintenance leader fires them).
-        from awa_django.services import sync_schedules
+        from awa_django.services.schedules import sync_schedules
 
         synced = with_database(alias, timeout, "synchronising the schedules", sync_schedules, started=started)
         if synced.created or synced.updated or synced.removed:
