@@ -29,7 +29,11 @@ NOT_STATES = {
     ("awa_django/concurrency/allocator.py", "Allocator.snapshot", "available"): "permits a claim would get now",
     ("awa_django/observability/sink.py", "QUEUE_GAUGES", "available"): "a queue gauge's attribute: free permits",
     ("awa_django/observability/sink.py", "QUEUE_GAUGES", "running"): "a queue gauge's attribute: permits held",
-    ("awa_django/services/cluster.py", "QueueCapacity.from_snapshot", "available"): "a capacity snapshot's free permits",
+    (
+        "awa_django/services/cluster.py",
+        "QueueCapacity.from_snapshot",
+        "available",
+    ): "a capacity snapshot's free permits",
 }
 
 STATE_NAMES = {state.value for state in JobState}

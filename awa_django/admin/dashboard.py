@@ -19,7 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
-from awa_django.admin_charts import Chart, build_chart
+from awa_django.admin.charts import Chart, build_chart
 from awa_django.conf import awa_settings
 from awa_django.models import Job, JobState, Queue, WorkerInstance
 from awa_django.services.cluster import capacities_by_queue, default_stale_after, live_workers, worker_healthy
