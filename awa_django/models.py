@@ -1,4 +1,13 @@
-"""Job, Queue and WorkerInstance: the rows awa_django keeps in the project's Postgres."""
+"""The rows awa_django keeps in the project's Postgres.
+
+- ``Job``: one job, from enqueue to its outcome (the state machine in ``awa_django.states``).
+- ``Queue``: a queue's settings (capacity, rate limit, pause), edited in the admin, applied live.
+- ``WorkerInstance``: a live worker's health snapshot.
+- ``ClusterSettings`` and ``WorkerCapacity``: capacity scope "cluster": the one global maximum,
+  and each worker's part of it.
+- ``Schedule``: a periodic job.
+- ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
+"""
 
 from __future__ import annotations
 
