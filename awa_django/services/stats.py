@@ -1,8 +1,9 @@
 """Read models of the queues: job counts by state, the oldest waiting job, throughput, and how
 they are shown (``format_age``).
 
-They use the ORM with each state in its own branch, compared to a literal, so that Postgres can
-use the partial indexes on awa_job; completed and cancelled rows are never counted.
+The counts use the ORM with each state in its own branch, compared to a literal, so that Postgres
+can use the partial indexes on awa_job and never reads the completed and cancelled rows (the bulk
+of a busy table); throughput reads finished rows by ``finalized_at`` through awa_job_finalized_idx.
 """
 
 from __future__ import annotations
