@@ -4,7 +4,9 @@
 asked for, and again after ``settings.AWA`` changes (Django's ``setting_changed`` signal, sent by
 ``override_settings`` and pytest-django's ``settings`` fixture), never at import.
 
-Every rule for a value lives here, once: ``find_problems`` checks a mapping and says what is wrong
+Each key is declared once, as a ``setting(...)`` field of ``AwaSettings``: its type, its default
+(from ``awa_django.defaults`` where the package shares it), its rule, its coercion and its meaning.
+``find_problems`` checks a mapping and says what is wrong
 with each key (the system check ids awa.E0xx, with the message and the hint the checks show);
 building the object runs it, and ``awa_settings()`` raises ``InvalidSettingsError`` (an
 ``ImproperlyConfigured``) naming every bad value, so no caller ever sees a value of the wrong
@@ -13,11 +15,12 @@ type. The system checks (``awa_django.checks``) report the same problems without
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -32,104 +35,7 @@ PORT_MAX = 65535
 
 CapacityScope = Literal["process", "cluster"]
 Execution = Literal["worker", "immediate"]
-
-
-@dataclass(frozen=True)
-class AwaSettings:
-    """``settings.AWA`` with its defaults, every value checked and of its declared type.
-
-    Names and meanings are the ``AWA`` keys' (the README's settings table documents them).
-    """
-
-    # Weighted mode when set: every queue's min_workers plus a shared overflow pool.
-    GLOBAL_MAX_WORKERS: int | None = None
-    # Where the capacity settings hold: "process" (each worker process on its own) or "cluster"
-    # (every live worker together; the global maximum then comes from the ClusterSettings row).
-    CAPACITY_SCOPE: CapacityScope = "process"
-    # Seconds between polls when no NOTIFY arrives (LISTEN does the fast path).
-    POLL_INTERVAL: float = defaults.POLL_INTERVAL_DEFAULT
-    # Seconds between heartbeats of in-flight jobs, and the age at which a heartbeat is stale.
-    HEARTBEAT_INTERVAL: float = defaults.HEARTBEAT_INTERVAL_DEFAULT
-    HEARTBEAT_STALENESS: float = defaults.HEARTBEAT_STALENESS_DEFAULT
-    # Seconds in-flight jobs get to finish after SIGTERM/SIGINT.
-    SHUTDOWN_TIMEOUT: float = defaults.SHUTDOWN_TIMEOUT_DEFAULT
-    # How long finished jobs are kept before the maintenance leader deletes them (a number of
-    # seconds in settings.AWA is read as that many seconds).
-    COMPLETED_RETENTION: timedelta = timedelta(seconds=defaults.COMPLETED_RETENTION_DEFAULT)
-    FAILED_RETENTION: timedelta = timedelta(seconds=defaults.FAILED_RETENTION_DEFAULT)
-    # The database alias the jobs live in (enqueue and worker).
-    DATABASE_ALIAS: str = defaults.DATABASE_ALIAS_DEFAULT
-    # Seconds awa_worker keeps retrying an unreachable database at startup before it exits
-    # (--wait-for-database overrides; 0 = exit at once). Postgres and the worker often start together.
-    DATABASE_WAIT_TIMEOUT: float = 60.0
-    # Threads for plain `def` handlers.
-    SYNC_THREADS: int = defaults.SYNC_THREADS_DEFAULT
-    # Connections per worker process: this pool (claims, batched writes, heartbeats, snapshots)
-    # plus one LISTEN connection and one maintenance-leader connection.
-    POOL_SIZE: int = defaults.POOL_SIZE_DEFAULT
-    # Server-side prepared statements (enqueue, and the worker's hot statements). None: on for a
-    # direct connection, off when POOLER is "transaction"; True or False forces it (True behind a
-    # pooler only if it keeps prepared statements: PgBouncer 1.21+ with max_prepared_statements).
-    PREPARED_STATEMENTS: bool | None = None
-    # LISTEN for wake-ups; False: the worker polls every POLL_INTERVAL.
-    LISTEN: bool = True
-    # What stands between the app and Postgres: None (a direct connection or a session pooler) or
-    # "transaction" (PgBouncer in transaction mode, managed poolers): then no connection awa_django
-    # opens keeps session state: no prepared statements, a lease row instead of an advisory lock
-    # for the maintenance leader, and LISTEN only on LISTEN_DATABASE_URL (polling without it).
-    POOLER: Literal["transaction"] | None = None
-    # A libpq URL or conninfo string of a direct (or session-pooled) connection to the jobs'
-    # database, used only for LISTEN; None: LISTEN on DATABASE_ALIAS (not behind a transaction pooler).
-    LISTEN_DATABASE_URL: str | None = None
-    # Enqueue limits.
-    MAX_TAGS: int = defaults.MAX_TAGS_DEFAULT
-    MAX_TAG_LENGTH: int = defaults.NAME_MAX_LENGTH
-    # Worker metrics: "none", "prometheus" (awa-django[metrics]), "otel" (awa-django[otel]) or a dotted
-    # path to a MetricsSink subclass; --metrics overrides. METRICS_PORT (--metrics-port) serves the
-    # Prometheus metrics of each worker process on that port (METRICS_ADDR: the address to bind).
-    METRICS: str = "none"
-    METRICS_PORT: int | None = None
-    METRICS_ADDR: str = "0.0.0.0"  # noqa: S104 - scraped from another host, as prometheus-client binds
-    # The depth view (awa_django.observability.views.metrics) answers only requests that send
-    # "Authorization: Bearer <METRICS_TOKEN>" when set; unset, it is open to whoever reaches its URL.
-    METRICS_TOKEN: str | None = None
-    # Who runs jobs: "worker" (awa_worker processes) or "immediate" (each job runs in-process right
-    # after its enqueue commits: development and tests without a worker; see awa_django.inline).
-    EXECUTION: Execution = "worker"
-
-    @property
-    def transaction_pooler(self) -> bool:
-        """Whether the jobs' database is reached through a transaction-mode pooler."""
-        return self.POOLER == "transaction"
-
-    @property
-    def use_prepared_statements(self) -> bool:
-        """PREPARED_STATEMENTS resolved: unset means on, except behind a transaction pooler."""
-        if self.PREPARED_STATEMENTS is None:
-            return not self.transaction_pooler
-        return self.PREPARED_STATEMENTS
-
-    @property
-    def snapshot_interval(self) -> float:
-        """Seconds between a worker's snapshot writes (the runtime writes every min(heartbeat, 5s))."""
-        return min(self.HEARTBEAT_INTERVAL, defaults.SNAPSHOT_INTERVAL_MAX)
-
-    @property
-    def worker_stale_after(self) -> float:
-        """A worker whose snapshot is older than this many seconds is not live: three missed writes."""
-        return defaults.SNAPSHOTS_MISSED_BEFORE_STALE * self.snapshot_interval
-
-    @property
-    def listen_enabled(self) -> bool:
-        """Whether the worker LISTENs: LISTEN is on and, behind a transaction pooler, there is a
-        direct connection for it (LISTEN_DATABASE_URL)."""
-        if not self.LISTEN:
-            return False
-        return not self.transaction_pooler or bool(self.LISTEN_DATABASE_URL)
-
-
-DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(AwaSettings)}
-"""Every AWA key and its default (the checks' hints quote them)."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -165,8 +71,19 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_seconds(value: object, *, zero_ok: bool = False) -> bool:
+    """A finite number of seconds above 0 (or 0 or more, with ``zero_ok``); a bool is not a number.
+
+    The one rule for a duration, wherever one is read: the settings here, the commands' arguments
+    (``awa_django.management.arguments``), the worker's configuration.
+    """
+    if not _is_number(value) or not math.isfinite(cast(float, value)):
+        return False
+    return cast(float, value) >= 0 if zero_ok else cast(float, value) > 0
+
+
 def _seconds_above_zero(key: str, value: object) -> SettingProblem | None:
-    if _is_number(value) and cast(float, value) > 0:
+    if is_seconds(value):
         return None
     return SettingProblem(
         key,
@@ -190,8 +107,7 @@ def _count(key: str, value: object) -> SettingProblem | None:
 
 
 def _retention(key: str, value: object) -> SettingProblem | None:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if _is_number(seconds) and cast(float, seconds) > 0:
+    if is_seconds(value.total_seconds() if isinstance(value, timedelta) else value):
         return None
     return SettingProblem(
         key,
@@ -308,18 +224,19 @@ def _database_alias(key: str, value: object) -> SettingProblem | None:
     )
 
 
-# The rules below were checked only where the value is used (the awa_worker command, the metrics
-# view) before they moved here; the system check reports them as awa.E015, with the same text.
+# The rules below have one check id, awa.E015, whose text is also the InvalidSettingsError's: the
+# command and the view that use these values raise it as they read them.
 
 
 def _database_wait_timeout(key: str, value: object) -> SettingProblem | None:
-    if _is_number(value) and math.isfinite(cast(float, value)) and cast(float, value) >= 0:
+    if is_seconds(value, zero_ok=True):
         return None
     message = (
         f"AWA['DATABASE_WAIT_TIMEOUT'] is {value!r}; it must be a number of seconds, 0 or more "
         "(0 = do not wait): fix the setting, or pass --wait-for-database SECONDS"
     )
-    return SettingProblem(key, value, "awa.E015", message, "remove it for the default (60 seconds)", error=message)
+    hint = f"remove it for the default ({DEFAULTS[key]:g} seconds)"
+    return SettingProblem(key, value, "awa.E015", message, hint, error=message)
 
 
 def _metrics_port(key: str, value: object) -> SettingProblem | None:
@@ -354,32 +271,199 @@ def _metrics(key: str, value: object) -> SettingProblem | None:
     return SettingProblem(key, value, "awa.E015", message, "remove it for the default ('none')")
 
 
-_RULES: dict[str, Callable[[str, object], SettingProblem | None]] = {
-    # In the order the checks have always reported them.
-    "POLL_INTERVAL": _seconds_above_zero,
-    "HEARTBEAT_INTERVAL": _seconds_above_zero,
-    "HEARTBEAT_STALENESS": _seconds_above_zero,
-    "SHUTDOWN_TIMEOUT": _seconds_above_zero,
-    "GLOBAL_MAX_WORKERS": _global_max_workers,
-    "SYNC_THREADS": _count,
-    "POOL_SIZE": _count,
-    "MAX_TAGS": _count,
-    "MAX_TAG_LENGTH": _count,
-    "COMPLETED_RETENTION": _retention,
-    "FAILED_RETENTION": _retention,
-    "CAPACITY_SCOPE": _capacity_scope,
-    "POOLER": _pooler,
-    "LISTEN_DATABASE_URL": _listen_database_url,
-    "PREPARED_STATEMENTS": _prepared_statements,
-    "EXECUTION": _execution,
-    "DATABASE_ALIAS": _database_alias,
-    "DATABASE_WAIT_TIMEOUT": _database_wait_timeout,
-    "LISTEN": _flag,
-    "METRICS": _metrics,
-    "METRICS_PORT": _metrics_port,
-    "METRICS_ADDR": _text(optional=False, empty_ok=False),
-    "METRICS_TOKEN": _text(optional=True),
-}
+Rule = Callable[[str, object], SettingProblem | None]
+
+
+def setting(default: T, rule: Rule, meaning: str, *, coerce: Callable[[Any], T] | None = None) -> T:
+    """One AWA key, declared once: its field's type and default (from ``defaults`` where the
+    package shares it), the ``rule`` that checks a value, the ``coerce`` that turns an accepted
+    value into the field's type, and the ``meaning`` the README's settings table shows."""
+    return field(default=default, metadata={"rule": rule, "meaning": meaning, "coerce": coerce})
+
+
+def _as_float(value: Any) -> float:
+    return float(value)
+
+
+def _as_timedelta(value: Any) -> timedelta:
+    """A number of seconds in settings.AWA is read as that many seconds."""
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+def _metrics_name(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class AwaSettings:
+    """``settings.AWA`` with its defaults, every value checked and of its declared type.
+
+    One ``setting(...)`` per key, in the order the checks report problems; ``find_problems``,
+    ``build``, ``DEFAULTS`` and the README's settings table (``settings_table``) read them.
+    """
+
+    POLL_INTERVAL: float = setting(
+        defaults.POLL_INTERVAL_DEFAULT,
+        _seconds_above_zero,
+        "seconds between backlog probes (one query for all idle queues) when no NOTIFY arrives",
+        coerce=_as_float,
+    )
+    HEARTBEAT_INTERVAL: float = setting(
+        defaults.HEARTBEAT_INTERVAL_DEFAULT,
+        _seconds_above_zero,
+        "seconds between heartbeats of running jobs",
+        coerce=_as_float,
+    )
+    HEARTBEAT_STALENESS: float = setting(
+        defaults.HEARTBEAT_STALENESS_DEFAULT,
+        _seconds_above_zero,
+        "age in seconds at which a running job's heartbeat is stale and the job is rescued",
+        coerce=_as_float,
+    )
+    SHUTDOWN_TIMEOUT: float = setting(
+        defaults.SHUTDOWN_TIMEOUT_DEFAULT,
+        _seconds_above_zero,
+        "seconds in-flight jobs get to finish after SIGTERM/SIGINT",
+        coerce=_as_float,
+    )
+    GLOBAL_MAX_WORKERS: int | None = setting(
+        None,
+        _global_max_workers,
+        "weighted mode when set: every queue's min_workers plus a shared overflow pool",
+    )
+    SYNC_THREADS: int = setting(defaults.SYNC_THREADS_DEFAULT, _count, "threads for plain `def` handlers")
+    POOL_SIZE: int = setting(
+        defaults.POOL_SIZE_DEFAULT,
+        _count,
+        "pooled connections per worker (claims, batched writes, heartbeats, snapshots); "
+        "each worker also holds one LISTEN and one maintenance connection",
+    )
+    MAX_TAGS: int = setting(defaults.MAX_TAGS_DEFAULT, _count, "how many tags a job may have")
+    MAX_TAG_LENGTH: int = setting(defaults.NAME_MAX_LENGTH, _count, "how many characters a tag may have")
+    COMPLETED_RETENTION: timedelta = setting(
+        timedelta(seconds=defaults.COMPLETED_RETENTION_DEFAULT),
+        _retention,
+        "completed jobs are deleted after this (a timedelta, or a number of seconds)",
+        coerce=_as_timedelta,
+    )
+    FAILED_RETENTION: timedelta = setting(
+        timedelta(seconds=defaults.FAILED_RETENTION_DEFAULT),
+        _retention,
+        "failed and cancelled jobs are deleted after this (a timedelta, or a number of seconds)",
+        coerce=_as_timedelta,
+    )
+    CAPACITY_SCOPE: CapacityScope = setting(
+        "process",
+        _capacity_scope,
+        '`"cluster"`: the capacity settings hold for every live worker together, the global maximum '
+        'from the ClusterSettings row (below); `"process"`: each worker process on its own',
+    )
+    POOLER: Literal["transaction"] | None = setting(
+        None,
+        _pooler,
+        '`"transaction"` behind PgBouncer in transaction mode or a managed pooler: no prepared '
+        "statements, a lease row for the maintenance leader, LISTEN only on `LISTEN_DATABASE_URL`",
+    )
+    LISTEN_DATABASE_URL: str | None = setting(
+        None,
+        _listen_database_url,
+        "a direct (or session-pooled) connection to the jobs' database used only for LISTEN; "
+        "unset: LISTEN on `DATABASE_ALIAS`",
+    )
+    PREPARED_STATEMENTS: bool | None = setting(
+        None,
+        _prepared_statements,
+        "server-side prepared statements (enqueue, the worker's hot statements); unset: on, except "
+        'when `POOLER` is `"transaction"`; `True` behind a pooler only if it keeps them',
+    )
+    EXECUTION: Execution = setting(
+        "worker",
+        _execution,
+        '`"immediate"` runs each job in-process after its enqueue commits (development; see Testing)',
+    )
+    DATABASE_ALIAS: str = setting(
+        defaults.DATABASE_ALIAS_DEFAULT, _database_alias, "the database the jobs live in (enqueue and worker)"
+    )
+    DATABASE_WAIT_TIMEOUT: float = setting(
+        defaults.DATABASE_WAIT_TIMEOUT_DEFAULT,
+        _database_wait_timeout,
+        "seconds `awa_worker` retries an unreachable database at startup before it exits "
+        "(`--wait-for-database`; 0 = do not wait)",
+        coerce=_as_float,
+    )
+    LISTEN: bool = setting(True, _flag, "LISTEN for wake-ups; `False`: the worker polls every `POLL_INTERVAL`")
+    METRICS: str = setting(
+        "none",
+        _metrics,
+        '`"prometheus"` (awa-django[metrics]), `"otel"` (awa-django[otel]) or a dotted path to a '
+        "MetricsSink subclass (`--metrics`)",
+        coerce=_metrics_name,
+    )
+    METRICS_PORT: int | None = setting(
+        None, _metrics_port, "serve each worker process's Prometheus metrics on this port (`--metrics-port`)"
+    )
+    METRICS_ADDR: str = setting(
+        "0.0.0.0",  # noqa: S104 - scraped from another host, as prometheus-client binds
+        _text(optional=False, empty_ok=False),
+        "the address the metrics port binds",
+    )
+    METRICS_TOKEN: str | None = setting(
+        None,
+        _text(optional=True),
+        "when set, the depth view answers only requests with `Authorization: Bearer <METRICS_TOKEN>`",
+    )
+
+    @property
+    def transaction_pooler(self) -> bool:
+        """Whether the jobs' database is reached through a transaction-mode pooler."""
+        return self.POOLER == "transaction"
+
+    @property
+    def use_prepared_statements(self) -> bool:
+        """PREPARED_STATEMENTS resolved: unset means on, except behind a transaction pooler."""
+        if self.PREPARED_STATEMENTS is None:
+            return not self.transaction_pooler
+        return self.PREPARED_STATEMENTS
+
+    @property
+    def snapshot_interval(self) -> float:
+        """Seconds between a worker's snapshot writes (the runtime writes every min(heartbeat, 5s))."""
+        return min(self.HEARTBEAT_INTERVAL, defaults.SNAPSHOT_INTERVAL_MAX)
+
+    @property
+    def worker_stale_after(self) -> float:
+        """A worker whose snapshot is older than this many seconds is not live: three missed writes."""
+        return defaults.SNAPSHOTS_MISSED_BEFORE_STALE * self.snapshot_interval
+
+    @property
+    def listen_enabled(self) -> bool:
+        """Whether the worker LISTENs: LISTEN is on and, behind a transaction pooler, there is a
+        direct connection for it (LISTEN_DATABASE_URL)."""
+        if not self.LISTEN:
+            return False
+        return not self.transaction_pooler or bool(self.LISTEN_DATABASE_URL)
+
+
+SETTINGS: dict[str, Field[Any]] = {f.name: f for f in fields(AwaSettings)}
+"""Every AWA key's declaration, in the order the checks report problems."""
+
+DEFAULTS: dict[str, Any] = {name: f.default for name, f in SETTINGS.items()}
+"""Every AWA key and its default (the checks' hints quote them)."""
+
+
+def shown_default(value: object) -> str:
+    """A default as the settings table writes it: Python, with strings in double quotes."""
+    if isinstance(value, timedelta):
+        days, seconds = divmod(value.total_seconds(), 86400)
+        return f"timedelta(days={days:g})" if not seconds else f"timedelta(seconds={value.total_seconds():g})"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """The README's settings table, derived from the declarations: (key, default, meaning) rows."""
+    return [(name, shown_default(f.default), f.metadata["meaning"]) for name, f in SETTINGS.items()]
 
 
 def user_settings() -> dict[str, Any]:
@@ -395,15 +479,12 @@ def unknown_keys(user: Mapping[str, Any] | None = None) -> list[str]:
 def find_problems(user: Mapping[str, Any]) -> list[SettingProblem]:
     """Every problem with the known keys of ``user`` (the unknown ones are ``unknown_keys``)."""
     problems = []
-    for key, rule in _RULES.items():
+    for key, declared in SETTINGS.items():
         if key in user:
-            problem = rule(key, user[key])
+            problem = declared.metadata["rule"](key, user[key])
             if problem is not None:
                 problems.append(problem)
     return problems
-
-
-_SECONDS = ("POLL_INTERVAL", "HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS", "SHUTDOWN_TIMEOUT", "DATABASE_WAIT_TIMEOUT")
 
 
 def build(user: Mapping[str, Any]) -> tuple[AwaSettings, list[SettingProblem]]:
@@ -411,21 +492,11 @@ def build(user: Mapping[str, Any]) -> tuple[AwaSettings, list[SettingProblem]]:
     so the object is always usable (the checks rely on that) and always of its declared types."""
     problems = find_problems(user)
     bad = {problem.key for problem in problems}
-    values = {key: value for key, value in user.items() if key in DEFAULTS and key not in bad}
-    for key in (
-        "POLL_INTERVAL",
-        "HEARTBEAT_INTERVAL",
-        "HEARTBEAT_STALENESS",
-        "SHUTDOWN_TIMEOUT",
-        "DATABASE_WAIT_TIMEOUT",
-    ):
-        if key in values:
-            values[key] = float(values[key])
-    for key in ("COMPLETED_RETENTION", "FAILED_RETENTION"):
-        if key in values and not isinstance(values[key], timedelta):
-            values[key] = timedelta(seconds=values[key])
-    if values.get("METRICS", "none") is None:
-        values["METRICS"] = "none"
+    values = {}
+    for key, value in user.items():
+        if key in SETTINGS and key not in bad:
+            coerce = SETTINGS[key].metadata["coerce"]
+            values[key] = value if coerce is None else coerce(value)
     return AwaSettings(**values), problems
 
 

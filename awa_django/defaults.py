@@ -41,6 +41,7 @@ SHUTDOWN_TIMEOUT_DEFAULT: Final = 30.0  # seconds in-flight jobs get after SIGTE
 COMPLETED_RETENTION_DEFAULT: Final = 86400.0  # seconds a completed job is kept
 FAILED_RETENTION_DEFAULT: Final = 7 * 86400.0  # seconds a failed or cancelled job is kept
 DATABASE_ALIAS_DEFAULT: Final = "default"
+DATABASE_WAIT_TIMEOUT_DEFAULT: Final = 60.0  # seconds awa_worker retries an unreachable database at startup
 SYNC_THREADS_DEFAULT: Final = 10
 POOL_SIZE_DEFAULT: Final = 4
 MAX_TAGS_DEFAULT: Final = 32

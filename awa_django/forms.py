@@ -22,7 +22,7 @@ from awa_django.exceptions import (
     MinWorkersExceedGlobalError,
 )
 from awa_django.models import Queue
-from awa_django.services import global_maximums, live_workers
+from awa_django.services.cluster import global_maximums, live_workers
 
 LIMIT_FIELDS = ("max_workers", "min_workers", "weight", "rate_limit", "rate_burst")
 

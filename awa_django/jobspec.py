@@ -34,10 +34,11 @@ from awa_django.defaults import (
     QUEUE_DEFAULT,
 )
 from awa_django.exceptions import InvalidJobError
+from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
 
-ACTIVE_STATES = ("scheduled", "available", "running", "retryable")
-ALL_STATES = ("scheduled", "available", "running", "completed", "retryable", "failed", "cancelled")
+ACTIVE_STATES = tuple(state.value for state in JobState if not state.is_terminal)
+ALL_STATES = tuple(state.value for state in JobState)
 # unique={"by_period": ...} bounds: the time bucket is floor(epoch seconds / period), which must be
 # a finite number (a period of 1e-320 s or 10**400 s is not a period anyone means).
 UNIQUE_PERIOD_MIN = 0.001

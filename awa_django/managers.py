@@ -44,6 +44,7 @@ from awa_django.observability import tracing
 from awa_django.observability.joblog import warn_unknown_kind
 from awa_django.registry import registry
 from awa_django.sql import statements
+from awa_django.states import JobState
 from awa_django.validation import brief, to_json
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class _Bulk:
                 if max_attempts is None
                 else check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
             )
-        self.lines.append(self.copy.line(kind, queue, args_json, "available", priority, max_attempts))
+        self.lines.append(self.copy.line(kind, queue, args_json, JobState.AVAILABLE, priority, max_attempts))
 
     def _add_spec(self, index: int, spec: object) -> None:
         if not isinstance(spec, Mapping):
@@ -217,7 +218,7 @@ class _Bulk:
         row = build_row(**options, now=self.now, index=index)
         warn_unknown_kind(row.kind)
         self.queues.add(row.queue)
-        state = "scheduled" if (row.run_at or self.now) > self.now else "available"
+        state = JobState.SCHEDULED if (row.run_at or self.now) > self.now else JobState.AVAILABLE
         if row.unique_key is not None:
             assert row.unique_states is not None
             if state in row.unique_states:
@@ -238,28 +239,28 @@ class JobQuerySet(models.QuerySet["Job"]):
     """Query helpers named after the job states."""
 
     def scheduled(self) -> JobQuerySet:
-        return self.filter(state="scheduled")
+        return self.filter(state=JobState.SCHEDULED)
 
     def available(self) -> JobQuerySet:
-        return self.filter(state="available")
+        return self.filter(state=JobState.AVAILABLE)
 
     def running(self) -> JobQuerySet:
-        return self.filter(state="running")
+        return self.filter(state=JobState.RUNNING)
 
     def completed(self) -> JobQuerySet:
-        return self.filter(state="completed")
+        return self.filter(state=JobState.COMPLETED)
 
     def retryable(self) -> JobQuerySet:
-        return self.filter(state="retryable")
+        return self.filter(state=JobState.RETRYABLE)
 
     def failed(self) -> JobQuerySet:
-        return self.filter(state="failed")
+        return self.filter(state=JobState.FAILED)
 
     def cancelled(self) -> JobQuerySet:
-        return self.filter(state="cancelled")
+        return self.filter(state=JobState.CANCELLED)
 
     def finished(self) -> JobQuerySet:
-        return self.filter(state__in=["completed", "failed", "cancelled"])
+        return self.filter(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED])
 
     def stale(self, older_than: timedelta) -> JobQuerySet:
         """Running jobs whose last heartbeat is older than ``older_than``."""

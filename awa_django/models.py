@@ -1,4 +1,13 @@
-"""Job, Queue and WorkerInstance: the rows awa_django keeps in the project's Postgres."""
+"""The rows awa_django keeps in the project's Postgres.
+
+- ``Job``: one job, from enqueue to its outcome (the state machine in ``awa_django.states``).
+- ``Queue``: a queue's settings (capacity, rate limit, pause), edited in the admin, applied live.
+- ``WorkerInstance``: a live worker's health snapshot.
+- ``ClusterSettings`` and ``WorkerCapacity``: capacity scope "cluster": the one global maximum,
+  and each worker's part of it.
+- ``Schedule``: a periodic job.
+- ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
+"""
 
 from __future__ import annotations
 
@@ -72,22 +81,22 @@ class Job(models.Model):
             # claim_jobs: the hot path.
             models.Index(
                 fields=["queue", "priority", "run_at", "id"],
-                condition=Q(state="available"),
+                condition=Q(state=JobState.AVAILABLE),
                 name="awa_job_available_idx",
             ),
             # rescue_stale_jobs: running rows by heartbeat, and by deadline.
-            models.Index(fields=["heartbeat_at"], condition=Q(state="running"), name="awa_job_running_hb_idx"),
-            models.Index(fields=["deadline_at"], condition=Q(state="running"), name="awa_job_running_dl_idx"),
+            models.Index(fields=["heartbeat_at"], condition=Q(state=JobState.RUNNING), name="awa_job_running_hb_idx"),
+            models.Index(fields=["deadline_at"], condition=Q(state=JobState.RUNNING), name="awa_job_running_dl_idx"),
             # promote_due_jobs: scheduled and retryable rows by run_at.
             models.Index(
                 fields=["run_at"],
-                condition=Q(state__in=["scheduled", "retryable"]),
+                condition=Q(state__in=[JobState.SCHEDULED, JobState.RETRYABLE]),
                 name="awa_job_pending_run_at_idx",
             ),
             # delete_finished_jobs (retention) and the admin's state filter on finished rows.
             models.Index(
                 fields=["state", "finalized_at"],
-                condition=Q(state__in=["completed", "failed", "cancelled"]),
+                condition=Q(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]),
                 name="awa_job_finalized_idx",
             ),
         ]

@@ -50,7 +50,7 @@ def main() -> None:
     from django.core.management import call_command
 
     from awa_django.models import Job, Schedule
-    from awa_django.services import save_schedule
+    from awa_django.services.schedules import save_schedule
 
     call_command("migrate", verbosity=0)
     Job.objects.filter(metadata__schedule=NAME).delete()

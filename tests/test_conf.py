@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import timedelta
+from typing import cast
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from awa_django.checks import check_settings
 from awa_django.conf import DEFAULTS, AwaSettings, InvalidSettingsError, awa_settings, build, find_problems
@@ -122,3 +127,28 @@ def test_check_settings__values_checked_only_where_used_before_are_e015(key: str
 
     assert [m.id for m in messages] == ["awa.E015"]
     assert f"AWA[{key!r}] is {value!r}" in messages[0].msg
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6), st.booleans()))
+def test_is_seconds__one_rule_for_the_settings_and_the_commands_arguments(value: object) -> None:
+    """A value the settings accept as seconds is one the command line accepts, and back."""
+    from argparse import ArgumentTypeError
+
+    from awa_django.conf import is_seconds
+    from awa_django.management.arguments import seconds, seconds_or_zero
+
+    def accepted(parse: Callable[[str], float], text: str) -> bool:
+        try:
+            parse(text)
+        except ArgumentTypeError:
+            return False
+        return True
+
+    accepted_as_setting = not find_problems({"POLL_INTERVAL": value})
+    assert accepted_as_setting == is_seconds(value)
+    assert (not find_problems({"DATABASE_WAIT_TIMEOUT": value})) == is_seconds(value, zero_ok=True)
+    if not isinstance(value, bool):
+        assert accepted(seconds, repr(value)) == is_seconds(value)
+        assert accepted(seconds_or_zero, repr(value)) == is_seconds(value, zero_ok=True)
+    if is_seconds(value):
+        assert math.isfinite(cast(float, value)) and cast(float, value) > 0

@@ -1,8 +1,8 @@
 """Enqueue defaults come from the kind's @job options; a job nobody will run is logged, once.
 
-Issue 17: ``Job.objects.enqueue("send_welcome", …)`` without ``queue=`` used to land in
-``default`` although the handler is registered on ``emails``, where a worker serving ``emails``
-never saw it, and nothing said so.
+Why: ``Job.objects.enqueue("send_welcome", …)`` without ``queue=`` must land on ``emails`` when
+the handler is registered there; in ``default`` a worker serving ``emails`` would never see it,
+and nothing would say so.
 """
 
 from __future__ import annotations

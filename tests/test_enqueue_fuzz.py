@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the enqueue API (issue 12, item 6).
+"""Property-based fuzzing of the enqueue API.
 
 Whatever a caller passes, ``enqueue`` and ``enqueue_many`` either store the job(s) or raise
 InvalidJobError; never a driver error, a RecursionError, a partial write or an aborted

@@ -116,7 +116,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unique-states-str", {"unique": {"states": "available"}}, "unique.states", "subset of"),
     ("unique-states-none", {"unique": {"states": None}}, "unique.states", "subset of"),
     ("unique-options-states", {"unique": UniqueOptions(states=("finished",))}, "unique.states", "subset of"),
-    # issue 12, item 6: inputs that used to escape as driver errors or abort the caller's transaction
+    # Inputs that would otherwise escape as driver errors or abort the caller's transaction
     ("args-lone-surrogate", {"args": {"s": "caf\udce9"}}, "args", "lone surrogate '\\udce9' at position 3"),
     ("args-lone-surrogate-key", {"args": {"\ud800": 1}}, "args", "lone surrogate"),
     ("metadata-lone-surrogate", {"metadata": {"a": ["\udfff"]}}, "metadata", "lone surrogate"),

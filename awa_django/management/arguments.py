@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from argparse import ArgumentTypeError
 
+from awa_django.conf import is_seconds
+
 
 def seconds(text: str) -> float:
     """A number of seconds above 0."""
     value = _number(text)
-    if not value > 0:
+    if not is_seconds(value):
         raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
     return value
 
@@ -17,7 +19,7 @@ def seconds(text: str) -> float:
 def seconds_or_zero(text: str) -> float:
     """A number of seconds, 0 or more."""
     value = _number(text)
-    if value < 0:
+    if not is_seconds(value, zero_ok=True):
         raise ArgumentTypeError(f"{text!r} must be 0 or more seconds")
     return value
 

@@ -1,4 +1,4 @@
-"""Autovacuum settings for awa_job, the queue's hot table (issue 16; docs/storage.md).
+"""Autovacuum settings for awa_job, the queue's hot table (docs/storage.md).
 
 Every job is updated at least twice (claimed, then finalised) and most updates are not HOT (they
 change indexed columns), so dead row versions and index entries pile up at the queue's rate. The

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from awa_django.observability.sink import STATE_OUTCOMES, UNREGISTERED_KIND, MetricsSink
+from awa_django.states import JobState
 
 if TYPE_CHECKING:
     from awa_django.registry import Registry
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("awa_django.jobs")
 
 LEVELS = {
-    "completed": logging.DEBUG,
+    STATE_OUTCOMES[JobState.COMPLETED]: logging.DEBUG,
     "retried": logging.INFO,
     "snoozed": logging.INFO,
-    "failed": logging.WARNING,
-    "cancelled": logging.WARNING,
+    STATE_OUTCOMES[JobState.FAILED]: logging.WARNING,
+    STATE_OUTCOMES[JobState.CANCELLED]: logging.WARNING,
     "lost": logging.WARNING,
     "rescued": logging.WARNING,
 }
@@ -95,7 +96,7 @@ def report_outcome(
     name = STATE_OUTCOMES.get(outcome.state, outcome.state) if written else "lost"
     kind = job.kind
     note = ""
-    if name == "failed" and registry.get(kind) is None:
+    if name == STATE_OUTCOMES[JobState.FAILED] and registry.get(kind) is None:
         kind = UNREGISTERED_KIND
         note = (
             f"no handler is registered for kind {job.kind!r} in this worker: register one with "

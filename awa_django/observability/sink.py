@@ -23,20 +23,22 @@ from typing import TYPE_CHECKING, Protocol
 from django.utils.module_loading import import_string
 
 from awa_django.exceptions import ConfigurationError
+from awa_django.states import JobState
 
 if TYPE_CHECKING:
     from awa_django.concurrency import Allocator
 
-# The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
-OUTCOMES = ("completed", "retried", "snoozed", "failed", "cancelled", "lost", "rescued")
-# The state an attempt's outcome writes, as the outcome label names it.
-STATE_OUTCOMES = {
-    "completed": "completed",
-    "retryable": "retried",
-    "scheduled": "snoozed",
-    "failed": "failed",
-    "cancelled": "cancelled",
+# The state an attempt's outcome writes, as the outcome label names it (a terminal state is its
+# own label).
+STATE_OUTCOMES: dict[str, str] = {
+    JobState.COMPLETED: JobState.COMPLETED.value,
+    JobState.RETRYABLE: "retried",
+    JobState.SCHEDULED: "snoozed",
+    JobState.FAILED: JobState.FAILED.value,
+    JobState.CANCELLED: JobState.CANCELLED.value,
 }
+# The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
+OUTCOMES = (*STATE_OUTCOMES.values(), "lost", "rescued")
 # The kind label of a job whose kind has no registered handler (mistyped kinds stay one series).
 UNREGISTERED_KIND = "<unregistered>"
 

@@ -17,6 +17,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from awa_django.states import JobState
+
 try:
     from opentelemetry import trace as _trace
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -94,6 +96,6 @@ def end_attempt(span: Any, outcome: Outcome) -> None:
     if span is None or _trace is None:
         return
     span.set_attribute("awa.job.outcome", outcome.state)
-    if outcome.state in ("retryable", "failed", "cancelled"):
+    if outcome.state in (JobState.RETRYABLE, JobState.FAILED, JobState.CANCELLED):
         error = (outcome.error or {}).get("error")
         span.set_status(Status(StatusCode.ERROR, str(error) if error is not None else outcome.state))

@@ -28,8 +28,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from awa_django.conf import awa_settings
+from awa_django.states import JobState
 
-DEPTH_STATES = ("scheduled", "available", "running", "retryable")
+DEPTH_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
 
 
 def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -50,7 +51,7 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
     oldest = {
         row["queue"]: row["oldest"]
         for row in Job.objects.using(alias)
-        .filter(state="available", run_at__lte=now)
+        .filter(state=JobState.AVAILABLE, run_at__lte=now)
         .values("queue")
         .annotate(oldest=Min("run_at"))
         .order_by()

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from awa_django.conf import awa_settings
+from awa_django.states import JobState
 from awa_django.testing.runner import _kind_name
 
 if TYPE_CHECKING:
     from awa_django.models import Job
 
-WAITING_STATES = ("scheduled", "available", "retryable")
+WAITING_STATES = (JobState.SCHEDULED.value, JobState.AVAILABLE.value, JobState.RETRYABLE.value)
 SHOWN = 25  # jobs listed in a failure message at most
 
 

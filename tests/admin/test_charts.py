@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from awa_django.admin_charts import build_chart, nice_ceiling
+from awa_django.admin.charts import build_chart, nice_ceiling
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """The admin answers every id, filter and search value with a page, a redirect or a 404, never a
-500 (issue 12, item 7): ``?q=²`` (isdigit but not an int), ``/job/²/change/``, a POST to its cancel
+500: ``?q=²`` (isdigit but not an int), ``/job/²/change/``, a POST to its cancel
 button, a NUL in the kind or queue filter, and whatever else a URL can carry.
 
 The test client re-raises any exception a view lets escape, so a 500 fails these tests with the

@@ -153,7 +153,7 @@ def test_dashboard__on_a_site_without_the_job_admin_needs_the_queue_view_permiss
     from django.core.exceptions import PermissionDenied
     from django.test import RequestFactory
 
-    from awa_django.admin import QueueAdmin
+    from awa_django.admin.queues import QueueAdmin
 
     site = AdminSite(name="queues_only")
     site.register(Queue, QueueAdmin)

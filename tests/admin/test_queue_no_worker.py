@@ -1,4 +1,4 @@
-"""The admin queue list flags a queue whose jobs wait and that no live worker serves (issue 17)."""
+"""The admin queue list flags a queue whose jobs wait and that no live worker serves."""
 
 from __future__ import annotations
 

@@ -10,9 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from awa_django import JobContext, services
+from awa_django import JobContext
 from awa_django.models import Job, JobState, Queue
 from awa_django.registry import JobHandler, Registry
+from awa_django.services.jobs import CANCELLABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
+from awa_django.services.queues import pause_queues, resume_queues
 from tests.factories import JobFactory, QueueFactory
 from tests.harness import make_config, running_worker, wait_until
 
@@ -44,7 +46,7 @@ def test_retry_jobs__failed_and_cancelled_become_available_now_with_the_attempt_
     before = snapshot()
     started = timezone.now()
 
-    assert services.retry_jobs([j.pk for j in jobs.values()]) == 2
+    assert retry_jobs([j.pk for j in jobs.values()]) == 2
 
     after = snapshot()
     for state in ("failed", "cancelled"):
@@ -61,7 +63,7 @@ def test_retry_jobs__failed_and_cancelled_become_available_now_with_the_attempt_
 @pytest.mark.django_db
 def test_retry_jobs__keeps_max_attempts_that_still_allow_a_run() -> None:
     job = JobFactory(state="failed", attempt=1, max_attempts=5, finalized_at=timezone.now())
-    assert services.retry_jobs([job.pk]) == 1
+    assert retry_jobs([job.pk]) == 1
     job.refresh_from_db()
     assert (job.state, job.attempt, job.max_attempts) == ("available", 1, 5)
 
@@ -71,11 +73,11 @@ def test_retry_jobs__skips_a_unique_job_whose_key_is_taken_again() -> None:
     Job.objects.enqueue("report", {"day": 1}, unique=True)
     old = JobFactory(kind="report", state="failed", finalized_at=timezone.now())
     Job.objects.filter(pk=old.pk).update(
-        unique_key=Job.objects.exclude(pk=old.pk).get().unique_key, unique_states=list(services.CANCELLABLE_FROM)
+        unique_key=Job.objects.exclude(pk=old.pk).get().unique_key, unique_states=list(CANCELLABLE_FROM)
     )
     other = JobFactory(state="failed", finalized_at=timezone.now())
 
-    assert services.retry_jobs([old.pk, other.pk]) == 1
+    assert retry_jobs([old.pk, other.pk]) == 1
 
     assert Job.objects.get(pk=old.pk).state == "failed"
     assert Job.objects.get(pk=other.pk).state == "available"
@@ -86,7 +88,7 @@ def test_cancel_jobs__every_unfinished_state_becomes_cancelled_and_finished_ones
     jobs = one_job_per_state()
     before = snapshot()
 
-    assert services.cancel_jobs([j.pk for j in jobs.values()]) == 4
+    assert cancel_jobs([j.pk for j in jobs.values()]) == 4
 
     states = dict(Job.objects.values_list("id", "state"))
     for state, job in jobs.items():
@@ -103,7 +105,7 @@ def test_discard_jobs__deletes_exactly_the_given_jobs() -> None:
     keep = JobFactory()
     doomed = [jobs["failed"].pk, jobs["running"].pk, jobs["completed"].pk]
 
-    assert services.discard_jobs([*doomed, 10**12]) == 3
+    assert discard_jobs([*doomed, 10**12]) == 3
 
     assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in jobs.values()} - set(doomed) | {keep.pk}
 
@@ -111,11 +113,11 @@ def test_discard_jobs__deletes_exactly_the_given_jobs() -> None:
 @pytest.mark.django_db
 def test_actions__accept_no_ids_without_touching_the_database(django_assert_num_queries: Any) -> None:
     with django_assert_num_queries(0):
-        assert services.retry_jobs([]) == 0
-        assert services.cancel_jobs([]) == 0
-        assert services.discard_jobs([]) == 0
-        assert services.pause_queues([]) == 0
-        assert services.resume_queues([]) == 0
+        assert retry_jobs([]) == 0
+        assert cancel_jobs([]) == 0
+        assert discard_jobs([]) == 0
+        assert pause_queues([]) == 0
+        assert resume_queues([]) == 0
 
 
 @pytest.mark.django_db
@@ -124,14 +126,14 @@ def test_pause_and_resume_queues__change_only_the_named_queues() -> None:
     reports = QueueFactory(name="reports", paused=True)
     other = QueueFactory(name="other")
 
-    assert services.pause_queues(["emails", "reports", "new"]) == 2  # emails, and the new row
+    assert pause_queues(["emails", "reports", "new"]) == 2  # emails, and the new row
     assert dict(Queue.objects.values_list("name", "paused")) == {
         "emails": True, "reports": True, "other": False, "new": True,
     }  # fmt: skip
     new = Queue.objects.get(name="new")
     assert (new.max_workers, new.min_workers, new.weight) == (50, 0, 1)
 
-    assert services.resume_queues(["emails", "other", "missing"]) == 1
+    assert resume_queues(["emails", "other", "missing"]) == 1
     assert dict(Queue.objects.values_list("name", "paused")) == {
         "emails": False, "reports": True, "other": False, "new": True,
     }  # fmt: skip
@@ -164,7 +166,7 @@ def test_cancel_jobs__reaches_the_handler_of_a_running_job_through_its_worker() 
         assert started.wait(20), "the handler never started"
         assert Job.objects.get(pk=job.pk).state == "running"
 
-        assert services.cancel_jobs([job.pk]) == 1
+        assert cancel_jobs([job.pk]) == 1
 
         wait_until(lambda: "cancelled" in seen, timeout=10, what="the handler to see context.cancelled")
         wait_until(lambda: job.pk not in worker.in_flight, timeout=10, what="the job to leave the worker")

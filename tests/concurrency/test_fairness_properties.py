@@ -158,14 +158,14 @@ def _check(global_max: int, specs: list[QueueSpec], until: float = 150.0) -> Non
                 )
 
 
-# Cases a random search found under the old bound for a rate-limited queue (one release of wait per
-# burst), shrunk; each is a rate-1 queue with a share of 1/6 whose token waits its turn in the rotation.
-# The issue-10 case: beside four steady queues on one slot, 0.0423 running against 0.0429. It also
-# had steady queues wait past the served-within-releases bound: the weight-1 ones 9 releases against
-# 7.2, since neighbours tied in exact arithmetic were ranked by float rounding, not by the tie-breaks
-# (fixed in the pool; now 6); the weight-2 one 5 against 4.6, since that bound took its long-run
-# share (0.38) where the share in force while the rate-limited queue contends (1/3) is what counts.
-ISSUE_10_BESIDE_FOUR = (
+# Cases (shrunk from a random search) that a bound of one release of wait per burst is too tight
+# for: each is a rate-1 queue with a share of 1/6 whose token waits its turn in the rotation.
+# Beside four steady queues on one slot: 0.0423 running against 0.0429. The same case holds the
+# steady queues to the served-within-releases bound where neighbours tie in exact arithmetic (the
+# pool's tie-breaks must rank them, not float rounding, or the weight-1 ones wait 9 releases against
+# 7.2), and the weight-2 one to the share in force while the rate-limited queue contends (1/3), not
+# its long-run share (0.38).
+BESIDE_FOUR_STEADY_QUEUES = (
     1,
     [QueueSpec("q0", rate=1, duration=0.05)]
     + [QueueSpec(f"q{i}", weight=1 + (i == 4), duration=0.05) for i in range(1, 5)],
@@ -190,8 +190,8 @@ BESIDE_A_HEAVY_QUEUE_AND_A_SLOW_ONE = (
     ],
 )
 
-# Above the old ceiling (0.385 against 0.321 + 10 %): q4's ceiling took q0 and q3 at their full rate,
-# but q3's tokens wait, and what it leaves goes to q4 and q2.
+# Above a ceiling that takes q0 and q3 at their full rate (0.385 against 0.321 + 10 %): q3's tokens
+# wait, and what it leaves goes to q4 and q2.
 BESIDE_RATE_LIMITED_NEIGHBOURS_WHOSE_TOKENS_WAIT = (
     3,
     [
@@ -215,7 +215,7 @@ SEARCH = int(os.environ.get("AWA_FAIRNESS_SEARCH", "0"))
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(scenario=scenarios())
-@example(scenario=ISSUE_10_BESIDE_FOUR)
+@example(scenario=BESIDE_FOUR_STEADY_QUEUES)
 @example(scenario=BESIDE_A_HEAVY_FLOORED_QUEUE)
 @example(scenario=BESIDE_A_HEAVY_QUEUE_AND_A_SLOW_ONE)
 @example(scenario=BESIDE_RATE_LIMITED_NEIGHBOURS_WHOSE_TOKENS_WAIT)

@@ -102,7 +102,7 @@ def test_credit__remainder_rotates_so_each_average_approaches_its_share() -> Non
     step=st.sampled_from([0.05, 0.07, 0.1, 0.15, 0.3]),
     rounds=st.integers(3, 30),
 )
-@example(queues=2, start=0.0, step=0.05, rounds=3)  # was served a, b, a, b, b
+@example(queues=2, start=0.0, step=0.05, rounds=3)  # clock values where turns can slip to a, b, a, b, b
 def test_credit__equal_queues_on_one_slot_take_turns_whatever_the_clock_values(
     queues: int, start: float, step: float, rounds: int
 ) -> None:

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from awa_django.checks import check_schedules
 from awa_django.models import Job, Schedule, ScheduleSource
-from awa_django.services import next_fire_after, save_schedule
+from awa_django.services.schedules import next_fire_after, save_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from awa_django.exceptions import InvalidScheduleError
 from awa_django.models import Schedule, ScheduleSource
 from awa_django.registry import Registry, RegistryError, ScheduleSpec, job, registry, schedule
-from awa_django.services import sync_schedules
+from awa_django.services.schedules import sync_schedules
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -152,7 +152,7 @@ def test_sync__workers_starting_together_create_each_schedule_once() -> None:
 
     from awa_django.models import Schedule
     from awa_django.registry import ScheduleSpec
-    from awa_django.services import sync_schedules
+    from awa_django.services.schedules import sync_schedules
 
     specs = [ScheduleSpec(name=f"together_{i}", kind="noop", cron="* * * * *") for i in range(5)]
     errors: list[BaseException] = []

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from awa_django.models import Job, Schedule, WorkerInstance
-from awa_django.services import pause_schedules, resume_schedules, run_schedules_now, save_schedule
+from awa_django.services.schedules import pause_schedules, resume_schedules, run_schedules_now, save_schedule
 from tests.harness import ROOT, wait_until, worker_env
 from tests.worker.support import Spawner
 

@@ -23,7 +23,7 @@ import pytest
 from django.db.models.functions import Now
 
 from awa_django.models import Job, LeaderLease, Schedule, WorkerInstance
-from awa_django.services import save_schedule
+from awa_django.services.schedules import save_schedule
 from tests.harness import ROOT, wait_until
 from tests.pooler.conftest import PoolerSpawner, direct_url, pooler_env
 from tests.pooler.pgbouncer import PgBouncer

@@ -1,5 +1,5 @@
 """One snapshot schema: what a real worker writes into its WorkerInstance row is what the admin's
-dashboard, ``awa_health`` and ``services.queue_stats`` read back, through the same dataclasses
+dashboard, ``awa_health`` and ``services.stats.queue_stats`` read back, through the same dataclasses
 (``awa_django.worker.snapshot``)."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from awa_django import services
 from awa_django.concurrency import HardReserved, Weighted
 from awa_django.models import Job, Queue, WorkerInstance
+from awa_django.services.cluster import QueueCapacity, capacities_by_queue
+from awa_django.services.stats import queue_stats
 from awa_django.worker import QueueConfig
 from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags, queues_from_json
 from tests.harness import make_config, running_worker, wait_until
@@ -154,9 +155,9 @@ def test_snapshot__a_real_workers_row_is_what_the_admin_and_awa_health_read() ->
             assert (flags.in_flight, flags.stopping, flags.capacity_scope) == (3, False, "process")
 
             # The read models: services, the dashboard's JSON, awa_health.
-            stats = services.queue_stats(workers=[row])
+            stats = queue_stats(workers=[row])
             [capacity] = stats["snapA"].capacities
-            assert capacity == services.WorkerCapacity(
+            assert capacity == QueueCapacity(
                 worker=str(row),
                 mode="weighted",
                 type="Weighted",
@@ -235,9 +236,9 @@ def test_capacities__an_entry_that_breaks_the_schema_is_left_out_and_logged(capl
         queues={"good": HARD.to_json(), "bad": HARD.to_json() | {"in_flight": "lots"}},
         flags={},
     )
-    with caplog.at_level(logging.WARNING, logger="awa_django.services"):
-        capacities = services._capacities([row])
+    with caplog.at_level(logging.WARNING, logger="awa_django.services.cluster"):
+        capacities = capacities_by_queue([row])
     assert set(capacities) == {"good"}
-    [record] = [r for r in caplog.records if r.name == "awa_django.services"]
+    [record] = [r for r in caplog.records if r.name == "awa_django.services.cluster"]
     assert "queue='bad'" in record.getMessage() or "queue=bad" in record.getMessage()
     assert "'in_flight' must be an integer, got 'lots'" in record.getMessage()

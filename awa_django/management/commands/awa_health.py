@@ -16,8 +16,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from awa_django import services
 from awa_django.management.arguments import seconds
+from awa_django.services.cluster import cluster_capacity, default_stale_after, live_workers, worker_healthy
+from awa_django.services.stats import format_age, queue_stats
 
 
 class Command(BaseCommand):
@@ -43,21 +44,21 @@ class Command(BaseCommand):
             default=None,
             metavar="SECONDS",
             help="a worker whose snapshot is older is not live (default: 3 snapshot intervals, "
-            f"{services.default_stale_after():g}s with the current settings)",
+            f"{default_stale_after():g}s with the current settings)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         max_age: float = options["max_age"]
-        stale_after: float = options["stale_after"] or services.default_stale_after()
+        stale_after: float = options["stale_after"] or default_stale_after()
         now = timezone.now()
         try:
-            workers = services.live_workers(stale_after, now=now)
-            stats = services.queue_stats(None, workers=workers)
+            workers = live_workers(stale_after, now=now)
+            stats = queue_stats(None, workers=workers)
         except DatabaseError as exc:
             raise CommandError(f"unhealthy: cannot read the job tables: {exc}".strip(), returncode=2) from exc
 
         problems: list[str] = []
-        healthy = [w for w in workers if services.worker_healthy(w)]
+        healthy = [w for w in workers if worker_healthy(w)]
         if not workers:
             problems.append(f"no live worker (none wrote a snapshot in the last {stale_after:g}s)")
         elif not healthy:
@@ -69,7 +70,7 @@ class Command(BaseCommand):
             if too_old and age is not None:
                 problems.append(
                     f"queue {entry.name!r}: the oldest available job has waited "
-                    f"{services.format_age(age)} ({age.total_seconds():.0f}s > --max-age {max_age:g}s)"
+                    f"{format_age(age)} ({age.total_seconds():.0f}s > --max-age {max_age:g}s)"
                 )
             # With no live worker at all the problem above says it once for every queue.
             unserved = bool(workers) and entry.waiting_without_worker
@@ -98,13 +99,13 @@ class Command(BaseCommand):
                     "started_at": w.started_at.isoformat(),
                     "last_seen_at": w.last_seen_at.isoformat(),
                     "seconds_since_seen": round((now - w.last_seen_at).total_seconds(), 3),
-                    "healthy": services.worker_healthy(w),
+                    "healthy": worker_healthy(w),
                     "flags": w.flags,
                 }
                 for w in workers
             ],
             "queues": queue_reports,
-            "cluster": services.cluster_capacity(),
+            "cluster": cluster_capacity(),
         }
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import CAPACITY_SCOPES, AwaSettings, InvalidSettingsError, awa_settings
-from awa_django.defaults import NAME_MAX_LENGTH
+from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
 from awa_django.observability.sink import MetricsSink, load_sink
@@ -148,7 +148,7 @@ class Command(BaseCommand):
             type=seconds_or_zero,
             metavar="SECONDS",
             help="while the database is unreachable at startup, retry for up to this long before exiting "
-            "(default: AWA['DATABASE_WAIT_TIMEOUT'], 60; 0 = do not wait)",
+            f"(default: AWA['DATABASE_WAIT_TIMEOUT'], {DATABASE_WAIT_TIMEOUT_DEFAULT:g}; 0 = do not wait)",
         )
         parser.add_argument(
             "--heartbeat-staleness",
@@ -228,7 +228,7 @@ class Command(BaseCommand):
                 started=started,
             )
         # Periodic jobs declared in code become Schedule rows (the maintenance leader fires them).
-        from awa_django.services import sync_schedules
+        from awa_django.services.schedules import sync_schedules
 
         synced = with_database(alias, timeout, "synchronising the schedules", sync_schedules, started=started)
         if synced.created or synced.updated or synced.removed:

@@ -14,7 +14,7 @@ from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from awa_django.models import Job
-from awa_django.services import resume_schedules, sync_schedules
+from awa_django.services.schedules import resume_schedules, sync_schedules
 
 
 class Command(BaseCommand):

@@ -19,10 +19,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
-from awa_django import services
-from awa_django.admin_charts import Chart, build_chart
+from awa_django.admin.charts import Chart, build_chart
 from awa_django.conf import awa_settings
 from awa_django.models import Job, JobState, Queue, WorkerInstance
+from awa_django.services.cluster import capacities_by_queue, default_stale_after, live_workers, worker_healthy
+from awa_django.services.stats import format_age, queue_stats, throughput
 
 if TYPE_CHECKING:
     _QueueAdminBase = admin.ModelAdmin[Queue]
@@ -78,9 +79,9 @@ class DashboardMixin(_QueueAdminBase):
 def dashboard_context() -> dict[str, Any]:
     """Everything the dashboard shows, in five queries: workers, queues, counts, throughput."""
     now = timezone.now()
-    workers = services.live_workers(now=now)
-    stats = services.queue_stats(None, workers=workers)
-    flow = services.throughput(60, now=now)
+    workers = live_workers(now=now)
+    stats = queue_stats(None, workers=workers)
+    flow = throughput(60, now=now)
     empty = [0] * flow.minutes
     queues = []
     for name, entry in stats.items():
@@ -89,10 +90,10 @@ def dashboard_context() -> dict[str, Any]:
         queues.append(
             {
                 "stats": entry,
-                "age": services.format_age(entry.oldest_available_age(now)),
+                "age": format_age(entry.oldest_available_age(now)),
                 "chart": build_chart(completed, failed, flow.start, width=150, height=30, axes=False),
-                "completed": sum(completed),
-                "failed": sum(failed),
+                JobState.COMPLETED: sum(completed),
+                JobState.FAILED: sum(failed),
             }
         )
     configured = awa_settings().GLOBAL_MAX_WORKERS
@@ -103,19 +104,19 @@ def dashboard_context() -> dict[str, Any]:
         "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
         "awa_configured_mode": "weighted" if configured else "hard-reserved",
         "awa_configured_global_max": configured,
-        "awa_stale_after": services.default_stale_after(),
+        "awa_stale_after": default_stale_after(),
     }
 
 
 def _worker_row(worker: WorkerInstance, now: datetime) -> dict[str, Any]:
     flags = worker.flags if isinstance(worker.flags, dict) else {}
-    capacities = services._capacities([worker])
+    capacities = capacities_by_queue([worker])
     return {
         "worker": worker,
         "mode": worker.mode.replace("_", "-"),
-        "healthy": services.worker_healthy(worker),
-        "seen_ago": services.format_age(now - worker.last_seen_at),
-        "up_for": services.format_age(now - worker.started_at),
+        "healthy": worker_healthy(worker),
+        "seen_ago": format_age(now - worker.last_seen_at),
+        "up_for": format_age(now - worker.started_at),
         "flags": flags,
         "queues": [(name, caps[0]) for name, caps in sorted(capacities.items())],
     }
@@ -126,8 +127,11 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
     chart: Chart = context["awa_chart"]
     return {
         "generated_at": now.isoformat(),
-        "queues": [q["stats"].as_dict(now) | {"completed_last_hour": q["completed"], "failed_last_hour": q["failed"]}
-                   for q in context["awa_queues"]],
+        "queues": [
+            q["stats"].as_dict(now)
+            | {"completed_last_hour": q[JobState.COMPLETED], "failed_last_hour": q[JobState.FAILED]}
+            for q in context["awa_queues"]
+        ],
         "workers": [
             {
                 "worker": str(w["worker"]),
@@ -141,5 +145,5 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
             }
             for w in context["awa_workers"]
         ],
-        "last_hour": {"completed": chart.completed, "failed": chart.failed},
+        "last_hour": {JobState.COMPLETED: chart.completed, JobState.FAILED: chart.failed},
     }  # fmt: skip

@@ -22,11 +22,18 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from awa_django import services
 from awa_django.cron import parse
 from awa_django.exceptions import InvalidScheduleError
 from awa_django.models import Job, Schedule, ScheduleSource
 from awa_django.registry import registry
+from awa_django.services.schedules import (
+    SCHEDULE_CODE_FIELDS,
+    next_fire_after,
+    pause_schedules,
+    resume_schedules,
+    run_schedules_now,
+    save_schedule,
+)
 
 if TYPE_CHECKING:
     _ScheduleAdminBase = admin.ModelAdmin[Schedule]
@@ -39,7 +46,7 @@ NEXT_FIRES_SHOWN = 5
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Schedule
-        fields = ("name", *services.SCHEDULE_CODE_FIELDS, "paused")
+        fields = ("name", *SCHEDULE_CODE_FIELDS, "paused")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -97,13 +104,13 @@ class ScheduleAdmin(_ScheduleAdminBase):
         fields = tuple(self.readonly_fields)
         if obj is not None and obj.source == ScheduleSource.CODE:
             # Code owns these: the next worker start would put the declared values back.
-            fields = (*services.SCHEDULE_CODE_FIELDS, "name", *fields)
+            fields = (*SCHEDULE_CODE_FIELDS, "name", *fields)
         elif obj is not None:
             fields = ("name", *fields)  # the jobs it fired carry the name
         return fields
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        services.save_schedule(obj, form.changed_data if change else None)
+        save_schedule(obj, form.changed_data if change else None)
 
     # --- columns and detail fields ---
 
@@ -125,7 +132,7 @@ class ScheduleAdmin(_ScheduleAdminBase):
         if obj.pk is None:
             return "—"
         try:
-            times = services.next_fire_after(obj, count=NEXT_FIRES_SHOWN)
+            times = next_fire_after(obj, count=NEXT_FIRES_SHOWN)
         except InvalidScheduleError as exc:
             return f"{exc}"
         items = ((_local(t, obj.timezone), t.strftime("%Y-%m-%d %H:%M:%S UTC")) for t in times)
@@ -158,18 +165,18 @@ class ScheduleAdmin(_ScheduleAdminBase):
     @admin.action(description="Pause selected schedules", permissions=["change"])
     def pause_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        done = services.pause_schedules(names)
+        done = pause_schedules(names)
         self.message_user(request, f"Paused {done} of {len(names)} selected schedule(s).", messages.SUCCESS)
 
     @admin.action(description="Resume selected schedules (from the next slot)", permissions=["change"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        done = services.resume_schedules(names)
+        done = resume_schedules(names)
         self.message_user(request, f"Resumed {done} of {len(names)} selected schedule(s).", messages.SUCCESS)
 
     @admin.action(description="Run selected schedules now (the schedule does not move)", permissions=["change"])
     def run_selected_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        jobs = services.run_schedules_now(names)
+        jobs = run_schedules_now(names)
         ids = ", ".join(f"#{job.pk}" for job in jobs)
         self.message_user(request, f"Enqueued {len(jobs)} job(s) now: {ids}.", messages.SUCCESS)

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from awa_django.states import JobState
+
 
 @dataclass(frozen=True)
 class Bar:
@@ -83,7 +85,7 @@ def build_chart(
         x = left + i * slot + gap / 2
         minute = (local_start + timedelta(minutes=i)).strftime("%H:%M")
         base = float(top + plot_h)
-        for count, kind in ((bad, "failed"), (done, "completed")):
+        for count, kind in ((bad, JobState.FAILED), (done, JobState.COMPLETED)):
             if not count:
                 continue
             h = max(plot_h * count / ceiling, 1.0)

@@ -1,0 +1,15 @@
+"""The admin, one module per admin: Job (``jobs``), Queue with its dashboard (``queues``,
+``dashboard``, ``charts``), Schedule (``schedules``) and the cluster view (``cluster``); their
+list filters in ``filters``, what they share in ``helpers``.
+
+Each module registers its admins with ``@admin.register``; Django's autodiscovery imports this
+package, and the imports below are what load them. Every action calls the service functions in
+``awa_django.services`` (the same ones your code can call).
+"""
+
+from awa_django.admin.cluster import ClusterSettingsAdmin, WorkerCapacityAdmin
+from awa_django.admin.jobs import JobAdmin
+from awa_django.admin.queues import QueueAdmin
+from awa_django.admin.schedules import ScheduleAdmin
+
+__all__ = ["ClusterSettingsAdmin", "JobAdmin", "QueueAdmin", "ScheduleAdmin", "WorkerCapacityAdmin"]

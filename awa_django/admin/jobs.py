@@ -1,0 +1,236 @@
+"""The Job admin: read-mostly (nobody edits a row; actions move it between states), fast on a
+large awa_job table (ordering by the primary key, bounded counts, filters that never scan it),
+with a detail page whose Retry and Cancel buttons call the same services as the actions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_POST
+
+from awa_django.admin.filters import KindFilter, QueueNameFilter, StateFilter
+from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
+from awa_django.models import TERMINAL_STATES, Job
+from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
+from awa_django.validation import brief
+
+if TYPE_CHECKING:
+    _JobAdminBase = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic for the type checker only
+    _JobAdminBase = admin.ModelAdmin
+
+
+class JobChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
+        # Only the listed columns: the JSON columns (args, errors, result…) can be large.
+        return super().get_queryset(request, exclude_parameters).only(*JobAdmin.list_columns)
+
+
+@admin.register(Job)
+class JobAdmin(SafeSelectionMixin, _JobAdminBase):
+    list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
+    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
+    list_display_links = ("id", "kind")
+    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter)
+    search_fields = ("kind",)
+    search_help_text = "A job id, or a kind (exact)."
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole table
+    paginator = BoundedCountPaginator
+    list_per_page = 50
+    actions = ("retry_selected", "cancel_selected", "discard_selected")
+    change_form_template = "admin/awa/job/change_form.html"
+    change_list_template = "admin/awa/job/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tags")}),
+        ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
+        ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
+        ("Errors", {"fields": ("errors_pretty",)}),
+        ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
+    )
+    readonly_fields = (
+        "id", "kind", "queue", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
+        "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
+        "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
+    )  # fmt: skip
+
+    class Media:
+        css = {"all": ("awa/admin.css",)}
+
+    # Read-mostly: nobody edits a job row; the actions move it between states.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None:
+            return False  # the detail page is read-only for everyone
+        return super().has_change_permission(request)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes where the actions show (action_location); 5.2 has no such parameter.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
+        actions.pop("delete_selected", None)  # discard_selected deletes through the service
+        return actions
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        term = search_term.strip().lstrip("#")
+        if not term:
+            return queryset, False
+        if "\x00" in term:
+            return queryset.none(), False  # no kind holds a NUL
+        job_id = parse_id(term)
+        if job_id is not None:
+            return queryset.filter(pk=job_id), False
+        if term.isascii() and term.isdigit():
+            return queryset.none(), False  # an id beyond bigint
+        return queryset.filter(kind=term), False
+
+    # --- columns and detail fields ---
+
+    @admin.display(description="state", ordering="state")
+    def state_label(self, obj: Job) -> SafeString:
+        return format_html('<span class="awa-state awa-state-{}">{}</span>', obj.state, obj.state)
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.metadata)
+
+    @admin.display(description="progress")
+    def progress_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.progress)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.result)
+
+    @admin.display(description="error history")
+    def errors_pretty(self, obj: Job) -> SafeString:
+        errors = obj.errors if isinstance(obj.errors, list) else []
+        if not errors:
+            return format_html('<span class="awa-muted">{}</span>', "no errors")
+        items = []
+        for entry in reversed(errors):  # the latest first
+            entry = entry if isinstance(entry, dict) else {"error": entry}
+            traceback = entry.get("traceback")
+            items.append(
+                (
+                    entry.get("attempt", "?"),
+                    entry.get("at", ""),
+                    entry.get("error", ""),
+                    format_html('<pre class="awa-pre awa-traceback">{}</pre>', traceback) if traceback else "",
+                )
+            )
+        rows = format_html_join(
+            "",
+            '<li class="awa-error"><div><strong>attempt {}</strong> <span class="awa-muted">{}</span></div>'
+            '<div class="awa-error-message">{}</div>{}</li>',
+            items,
+        )
+        return format_html('<ol class="awa-errors">{}</ol>', rows)
+
+    # --- actions ---
+
+    def _report(self, request: HttpRequest, verb: str, done: int, selected: int, why: str) -> None:
+        level = messages.SUCCESS if done else messages.WARNING
+        skipped = selected - done
+        text = f"{verb} {done} of {selected} selected job(s)."
+        if skipped:
+            text += f" {skipped} skipped: {why}."
+        self.message_user(request, text, level)
+
+    @admin.action(description="Retry selected jobs now (failed or cancelled)", permissions=["change"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = retry_jobs(ids)
+        self._report(request, "Retried", done, len(ids), "only failed or cancelled jobs are retried")
+
+    @admin.action(description="Cancel selected jobs (not yet finished)", permissions=["change"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = cancel_jobs(ids)
+        self._report(request, "Cancelled", done, len(ids), "finished jobs cannot be cancelled")
+
+    @admin.action(description="Discard (delete) selected jobs", permissions=["delete"])
+    def discard_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = discard_jobs(ids)
+        self._report(request, "Discarded", done, len(ids), "already gone")
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        discard_jobs([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        discard_jobs(list(queryset.values_list("pk", flat=True)))
+
+    # --- the detail page's buttons ---
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        custom = [
+            path(
+                "<path:object_id>/act/<str:action>/",
+                self.admin_site.admin_view(self.act_view),
+                name="{}_{}_act".format(*info),
+            )
+        ]
+        return custom + super().get_urls()
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        job_id = parse_id(object_id)
+        job = Job.objects.filter(pk=job_id).only("state").first() if job_id is not None else None
+        if job is not None:
+            can_change = self.has_change_permission(request)
+            extra["awa_can_retry"] = can_change and job.state in RETRYABLE_FROM
+            extra["awa_can_cancel"] = can_change and job.state not in TERMINAL_STATES
+        return super().change_view(request, object_id, form_url, extra)
+
+    @staticmethod
+    def _act(action: str, job_id: int) -> int:
+        return {"retry": retry_jobs, "cancel": cancel_jobs}[action]([job_id])
+
+    def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        return require_POST(self._act_view)(request, object_id, action)
+
+    def _act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        job_id = parse_id(object_id)
+        if action not in ("retry", "cancel") or job_id is None:
+            raise Http404(f"no job {brief(object_id, 40)} with a {brief(action, 40)} button")
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        job = get_object_or_404(Job.objects.only("pk"), pk=job_id)
+        done = self._act(action, job.pk)
+        if done:
+            self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
+        else:
+            self.message_user(request, f"Job {job.pk}: nothing to {action} in its current state.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:awa_job_change", args=[job.pk], current_app=self.admin_site.name))

@@ -1,0 +1,169 @@
+"""The Queue admin: each queue's settings with its live stats (counts from one grouped query per
+page, capacity from the live workers' snapshots), pause and resume actions, and the dashboard
+(``DashboardMixin``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from awa_django.admin.dashboard import DashboardMixin
+from awa_django.admin.helpers import SafeSelectionMixin
+from awa_django.forms import QueueForm
+from awa_django.models import JobState, Queue
+from awa_django.services.cluster import live_workers
+from awa_django.services.queues import pause_queues, resume_queues
+from awa_django.services.stats import COUNTED_STATES, QueueStats, format_age, queue_stats
+
+
+class QueueChangeList(ChangeList):
+    """Attaches each row's QueueStats after the page is fetched: one grouped query for the page."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        stats = queue_stats(rows, workers=live_workers())
+        for row in rows:
+            row.awa_stats = stats[row.name]
+        self.result_list = rows
+
+
+def _stats(obj: Queue) -> QueueStats:
+    stats = getattr(obj, "awa_stats", None)
+    return stats if isinstance(stats, QueueStats) else QueueStats(obj.name)
+
+
+@admin.register(Queue)
+class QueueAdmin(SafeSelectionMixin, DashboardMixin):
+    form = QueueForm
+    list_display = (
+        "name", "paused", "limits", "rate", JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.FAILED,
+        "oldest_available",
+        "mode", "in_flight", "overflow_held",
+    )  # fmt: skip
+    list_display_links = ("name",)
+    search_fields = ("name",)
+    actions = ("pause_selected", "resume_selected")
+    change_list_template = "admin/awa/queue/change_list.html"
+    readonly_fields = ("live_status", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "paused")}),
+        (
+            "Capacity",
+            {
+                "fields": ("max_workers", "min_workers", "weight"),
+                "description": "Hard-reserved mode (no global maximum) uses max_workers; weighted mode "
+                "(AWA['GLOBAL_MAX_WORKERS'] or --global-max-workers) uses min_workers and weight.",
+            },
+        ),
+        ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
+        ("Timing", {"fields": ("deadline", "priority_aging")}),
+        ("Live", {"fields": ("live_status", "updated_at")}),
+    )
+
+    class Media:
+        css = {"all": ("awa/admin.css",)}
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Queue], search_term: str
+    ) -> tuple[QuerySet[Queue], bool]:
+        if "\x00" in search_term:
+            return queryset.none(), False  # no queue name holds a NUL
+        return super().get_search_results(request, queryset, search_term)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {"awa_dashboard_url": reverse("admin:awa_dashboard", current_app=self.admin_site.name)}
+        extra.update(extra_context or {})
+        return super().changelist_view(request, extra)
+
+    # --- columns ---
+
+    @admin.display(description="max / min / weight")
+    def limits(self, obj: Queue) -> str:
+        return f"{obj.max_workers} / {obj.min_workers} / {obj.weight}"
+
+    @admin.display(description="rate limit")
+    def rate(self, obj: Queue) -> str:
+        if obj.rate_limit is None:
+            return "—"
+        burst = f", burst {obj.rate_burst}" if obj.rate_burst else ""
+        return f"{obj.rate_limit:g}/s{burst}"
+
+    @admin.display(description=JobState.AVAILABLE)
+    def available(self, obj: Queue) -> int:
+        return _stats(obj).available
+
+    @admin.display(description=JobState.SCHEDULED)
+    def scheduled(self, obj: Queue) -> int:
+        return _stats(obj).scheduled
+
+    @admin.display(description=JobState.RUNNING)
+    def running(self, obj: Queue) -> int:
+        return _stats(obj).running
+
+    @admin.display(description=JobState.FAILED)
+    def failed(self, obj: Queue) -> int:
+        return _stats(obj).failed
+
+    @admin.display(description="oldest available")
+    def oldest_available(self, obj: Queue) -> str:
+        return format_age(_stats(obj).oldest_available_age())
+
+    @admin.display(description="mode")
+    def mode(self, obj: Queue) -> str:
+        stats = _stats(obj)
+        if stats.modes:
+            return ", ".join(m.replace("_", "-") for m in stats.modes)
+        if stats.waiting_without_worker:  # jobs wait that nobody will run: flag it
+            return format_html('<span class="awa-bad">no live worker, {} waiting</span>', stats.available)
+        return "no live worker"
+
+    @admin.display(description="in flight")
+    def in_flight(self, obj: Queue) -> int:
+        return _stats(obj).in_flight
+
+    @admin.display(description="overflow held")
+    def overflow_held(self, obj: Queue) -> int | str:
+        stats = _stats(obj)
+        return stats.overflow_held if "weighted" in stats.modes else "—"
+
+    @admin.display(description="live status")
+    def live_status(self, obj: Queue | None) -> SafeString:
+        if obj is None or obj.pk is None:
+            return format_html('<span class="awa-muted">{}</span>', "saved queues show their jobs and workers here")
+        stats = queue_stats([obj])[obj.name]
+        counts = ", ".join(f"{state} {stats.count(state)}" for state in COUNTED_STATES)
+        capacity = format_html_join(
+            "", "<div>{}: {} — in flight {}, free permits {}</div>",
+            ((c.worker, c.describe(), c.in_flight, c.available) for c in stats.capacities),
+        )  # fmt: skip
+        return format_html(
+            '<div class="awa-live">jobs: {}</div><div>oldest available job: {}</div>{}',
+            counts,
+            format_age(stats.oldest_available_age()),
+            capacity or format_html("<div>{}</div>", "no live worker serves this queue"),
+        )
+
+    # --- actions ---
+
+    @admin.action(description="Pause selected queues", permissions=["change"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = pause_queues(names)
+        self.message_user(request, f"Paused {done} queue(s); {len(names) - done} already paused.", messages.SUCCESS)
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        done = resume_queues(names)
+        self.message_user(request, f"Resumed {done} queue(s); {len(names) - done} were not paused.", messages.SUCCESS)

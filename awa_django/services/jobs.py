@@ -1,0 +1,135 @@
+"""Job actions: retry, cancel and discard jobs by id; what the admin's actions call, and your code can.
+
+Each takes ids, changes only the rows in a state the action applies to, and returns how many
+rows it changed.
+
+Locking contract: the affected rows are locked with ``SELECT … FOR UPDATE`` (in id order) and
+re-checked against their state before they are changed, in one transaction. A worker's
+finalising write is guarded by ``(id, state = 'running', run_lease)``, so once a running job is
+cancelled or discarded here, the worker's late write matches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest, Least
+from django.utils import timezone
+
+from awa_django.defaults import MAX_ATTEMPTS_MAX
+from awa_django.models import Job, JobState
+from awa_django.services.db import database_alias, notify
+from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
+
+RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
+CANCELLABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
+
+
+def _ids(ids: Iterable[int | str]) -> list[int]:
+    return sorted({int(i) for i in ids})
+
+
+def _locked(ids: list[int], states: Sequence[str]) -> list[tuple[int, str, str]]:
+    """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state)."""
+    return list(
+        Job.objects.using(database_alias())
+        .select_for_update()
+        .filter(pk__in=ids, state__in=list(states))
+        .order_by("pk")
+        .values_list("pk", "queue", "state")
+    )
+
+
+def retry_jobs(ids: Iterable[int | str]) -> int:
+    """Failed or cancelled jobs become available now; return how many did.
+
+    The attempt count is kept; ``max_attempts`` is raised to ``attempt + 1`` where the job had
+    used them all, so it runs once more. A unique job whose key is now held by another job is
+    left as it is (retrying it would break the uniqueness it asked for).
+    """
+    wanted = _ids(ids)
+    if not wanted:
+        return 0
+    alias = database_alias()
+    with transaction.atomic(using=alias):
+        rows = _locked(wanted, RETRYABLE_FROM)
+        changed: list[tuple[int, str]] = []
+        for start in range(0, len(rows), 1000):
+            batch = rows[start : start + 1000]
+            try:
+                with transaction.atomic(using=alias):
+                    _make_available([r[0] for r in batch])
+                changed.extend((r[0], r[1]) for r in batch)
+            except IntegrityError:  # a unique key is taken: retry one by one, skipping those
+                for job_id, queue, _ in batch:
+                    try:
+                        with transaction.atomic(using=alias):
+                            _make_available([job_id])
+                        changed.append((job_id, queue))
+                    except IntegrityError:
+                        continue
+        if changed:
+            queues = sorted({queue for _, queue in changed})
+            notify(statements["notify_available_queues"], {"channel": JOBS_CHANNEL, "queues": queues})
+    return len(changed)
+
+
+def _make_available(ids: list[int]) -> int:
+    return (
+        Job.objects.using(database_alias())
+        .filter(pk__in=ids)
+        .update(
+            state=JobState.AVAILABLE,
+            run_at=timezone.now(),
+            finalized_at=None,
+            heartbeat_at=None,
+            deadline_at=None,
+            max_attempts=Greatest(F("max_attempts"), Least(F("attempt") + 1, Value(MAX_ATTEMPTS_MAX))),
+        )
+    )
+
+
+def cancel_jobs(ids: Iterable[int | str]) -> int:
+    """Jobs not yet finished become cancelled; return how many did.
+
+    For a running job the worker holding it is told through ``pgnotify('awa_cancel', id)``
+    (delivered at commit) and sets its handler's ``context.cancelled``; whatever the handler
+    does next, the row stays cancelled.
+    """
+    wanted = _ids(ids)
+    if not wanted:
+        return 0
+    with transaction.atomic(using=database_alias()):
+        rows = _locked(wanted, CANCELLABLE_FROM)
+        if not rows:
+            return 0
+        changed = (
+            Job.objects.using(database_alias())
+            .filter(pk__in=[r[0] for r in rows])
+            .update(state=JobState.CANCELLED, finalized_at=timezone.now(), heartbeat_at=None, deadline_at=None)
+        )
+        running = [r[0] for r in rows if r[2] == JobState.RUNNING]
+        if running:
+            notify(statements["notify_cancelled_jobs"], {"channel": CANCEL_CHANNEL, "ids": running})
+    return changed
+
+
+def discard_jobs(ids: Iterable[int | str]) -> int:
+    """Delete jobs, whatever their state; return how many were deleted.
+
+    A running job's worker is told as for a cancel, so its handler stops early.
+    """
+    wanted = _ids(ids)
+    if not wanted:
+        return 0
+    with transaction.atomic(using=database_alias()):
+        rows = _locked(wanted, [s.value for s in JobState])
+        if not rows:
+            return 0
+        deleted, _ = Job.objects.using(database_alias()).filter(pk__in=[r[0] for r in rows]).delete()
+        running = [r[0] for r in rows if r[2] == JobState.RUNNING]
+        if running:
+            notify(statements["notify_cancelled_jobs"], {"channel": CANCEL_CHANNEL, "ids": running})
+    return int(deleted)
