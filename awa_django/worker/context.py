@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from awa_django.states import JobState
 from awa_django.worker.storable import to_json
 
 
@@ -110,16 +111,29 @@ class JobContext:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A finished attempt's next state, as finalize_jobs writes it."""
+    """A finished attempt's next state (one of ``awa_django.states.OUTCOME_STATES``), as
+    ``awa_django.worker.writes`` turns it into complete_jobs or finalize_jobs parameters."""
 
-    state: str  # completed, retryable, scheduled, failed, cancelled
+    state: JobState
     delay: float | None = None  # seconds until run_at; None keeps run_at
     error: dict[str, Any] | None = None  # an entry appended to the job's errors
     refund: int = 0  # 1 gives the attempt back (snooze)
     result: str | None = None  # the handler's return value as JSON text, when it returned one
 
+    @property
+    def bare(self) -> bool:
+        """Completed with nothing more to store (no result, error, delay or refund)."""
+        return (
+            self.state is JobState.COMPLETED
+            and self.result is None
+            and self.error is None
+            and self.delay is None
+            and not self.refund
+        )
 
-COMPLETED = Outcome("completed")
+
+# What a handler that returned None ends in; any equal Outcome is written the same way.
+COMPLETED = Outcome(JobState.COMPLETED)
 
 
 @dataclass(frozen=True, slots=True)
