@@ -1,9 +1,9 @@
-"""Where each priority lane's claim scan starts: one cursor per (queue, priority), per dispatcher.
+"""Where each priority lane's claim scan starts: one cursor per (queue, priority), per queue runner.
 
 A claimed job leaves the old version of its row, and that version's entry in the available index,
 behind until vacuum removes them; while any transaction holds an older snapshot vacuum cannot, and
 a claim that scans a lane from its front visits every such entry. ``claim_jobs`` therefore starts
-each lane's scan after the (run_at, id) of the last job this dispatcher claimed from it, which
+each lane's scan after the (run_at, id) of the last job its queue runner claimed from it, which
 the btree descent reaches without touching what lies before it.
 
 Jobs can become available behind a cursor: a scheduled or retryable job promoted when due, a job
@@ -13,7 +13,7 @@ look-behind (worker/lookbehind.py) finds them off the claim path: one query for 
 every queue, returning each lane's first due, available job behind its cursor; a frequent window
 look covers the few seconds before each cursor and a rarer full look the whole lane, each at least
 ``LOOK_BEHIND_COST_FACTOR`` times as long apart as its last run took. ``found_behind`` turns
-that into a *rewind*: the next claim of the queue (the dispatcher's own or a hand-over) starts
+that into a *rewind*: the next claim of the queue (the runner's own or a hand-over) starts
 that lane just before the job found, so it takes what lies behind in (run_at, id) order,
 walking only the dead entries between the job found and the cursor, never those before it.
 Nothing else depends on the cursor: it only says where a scan starts, the claim's own
