@@ -33,17 +33,16 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import class_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit
 from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
 from awa_django.states import JobState
-from awa_django.worker.context import ClaimedJob, Outcome
+from awa_django.worker.context import ClaimedJob, Outcome, claimed_job_row
 from awa_django.worker.db import retrying
 from awa_django.worker.storable import escape_text
-from awa_django.worker.writes import Written, outcome_writes
+from awa_django.worker.writes import outcome_writes
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +261,7 @@ class Completer:
         self, batch: list[_Finished], plan: Mapping[str, HandOverClaim]
     ) -> tuple[set[int], dict[str, list[ClaimedJob]]]:
         """One round trip: the completions, the other outcomes, then the hand-over claims."""
-        writes = outcome_writes([Written(e.job, e.outcome, e.progress) for e in batch])
+        writes = outcome_writes(batch)
         async with self.pool.connection() as conn:
             cursors = []
             claims = {}
@@ -270,7 +269,7 @@ class Completer:
                 for name, params in writes:
                     cursors.append(await conn.execute(statements[name], params))
                 for queue, claim in plan.items():
-                    cursor = conn.cursor(row_factory=class_row(ClaimedJob))
+                    cursor = conn.cursor(row_factory=claimed_job_row)
                     claims[queue] = await cursor.execute(statements["claim_jobs"], claim.params)
             written = {row[0] for cursor in cursors for row in await cursor.fetchall()}
             claimed = {queue: await cursor.fetchall() for queue, cursor in claims.items()}

@@ -40,14 +40,13 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.rows import class_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.sql import statements
 from awa_django.worker.completer import HandOverClaim
 from awa_django.worker.config import QueueConfig, WorkerConfig
-from awa_django.worker.context import ClaimedJob
+from awa_django.worker.context import ClaimedJob, claimed_job_row
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
 from awa_django.worker.lanes import Key, LaneCursors
 from awa_django.worker.stop import Stop
@@ -301,7 +300,7 @@ class QueueRunner:
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         params = self._claim_params(limit)
         try:
-            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=claimed_job_row) as cur:
                 await cur.execute(statements["claim_jobs"], params)
                 jobs = await cur.fetchall()
         except BaseException:

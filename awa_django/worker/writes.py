@@ -13,29 +13,42 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from awa_django.worker.context import ClaimedJob, Outcome
 from awa_django.worker.storable import escape_json
 
 
-class Written(NamedTuple):
+class Finished(Protocol):
     """One attempt's outcome as it is written: ``progress`` is JSON text, None keeps the stored one."""
+
+    @property
+    def job(self) -> ClaimedJob: ...
+
+    @property
+    def outcome(self) -> Outcome: ...
+
+    @property
+    def progress(self) -> str | None: ...
+
+
+class Written(NamedTuple):
+    """A ``Finished`` for one attempt written on its own (in-process execution)."""
 
     job: ClaimedJob
     outcome: Outcome
     progress: str | None
 
 
-def is_bare(entry: Written) -> bool:
-    """``complete_jobs`` writes it: completed with nothing else to store."""
-    return entry.progress is None and entry.outcome.bare
-
-
-def outcome_writes(entries: Sequence[Written]) -> list[tuple[str, dict[str, Any]]]:
+def outcome_writes(entries: Sequence[Finished]) -> list[tuple[str, dict[str, Any]]]:
     """(statement name, parameters) for each statement these outcomes need, in the order to run them."""
-    complete = [entry.job for entry in entries if is_bare(entry)]
-    final = [entry for entry in entries if not is_bare(entry)]
+    complete: list[ClaimedJob] = []
+    final: list[Finished] = []
+    for entry in entries:
+        if entry.progress is None and entry.outcome.bare:  # completed with nothing else to store
+            complete.append(entry.job)
+        else:
+            final.append(entry)
     writes: list[tuple[str, dict[str, Any]]] = []
     if complete:
         writes.append(
