@@ -28,7 +28,6 @@ from awa_django.defaults import (
     QUEUE_DEFAULT,
 )
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
-from awa_django.inline import after_enqueue, after_enqueue_many
 from awa_django.jobspec import (
     ACTIVE_STATES,
     ALL_STATES,
@@ -337,6 +336,8 @@ class JobManager(models.Manager["Job"]):
             "unique_states": row.unique_states, "run_lease": 0,
         }  # fmt: skip
         names = [field.attname for field in self.model._meta.concrete_fields]  # from_db wants model order
+        from awa_django.inline import after_enqueue  # not at import: loading the models loads no runner
+
         after_enqueue(alias, [job_id])  # AWA["EXECUTION"] = "immediate": run it once this commits
         notices.after_enqueue(alias, (row.kind,), (row.queue,))
         return self.model.from_db(alias, names, [values[name] for name in names])
@@ -404,6 +405,8 @@ class JobManager(models.Manager["Job"]):
                 kind = found[0][1] if found else "?"
                 raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
             raise
+        from awa_django.inline import after_enqueue_many  # not at import, as in enqueue
+
         after_enqueue_many(alias, now, len(rows))  # AWA["EXECUTION"] = "immediate": run them once this commits
         notices.after_enqueue(alias, bulk.kinds, bulk.queues)
         return len(rows)

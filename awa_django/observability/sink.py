@@ -94,8 +94,11 @@ class WorkerGauges:
 class GaugeSource(Protocol):
     """What the gauges are read from: the worker, seen through this narrow door."""
 
-    allocator: Allocator
-    stopping: bool
+    @property
+    def allocator(self) -> Allocator: ...
+
+    @property
+    def stopping(self) -> bool: ...
 
     @property
     def is_leader(self) -> bool: ...

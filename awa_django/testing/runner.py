@@ -12,14 +12,16 @@ from django.utils import timezone
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import AwaError
-from awa_django.inline import JobRun, claim, database_now, run_claimed, write_outcome
+from awa_django.inline import JobRun, database_now
+from awa_django.states import JobState
 from awa_django.worker.context import ClaimedJob, Outcome
 from awa_django.worker.executor import error_entry
+from awa_django.worker.inline import claim, run_claimed, write_outcome
 
 MAX_RUNS = 1000
 """Attempts one ``run_jobs()`` without ``limit`` runs at most before it calls the jobs runaway."""
 
-FAILED_STATES = ("retryable", "failed")
+FAILED_STATES = (JobState.RETRYABLE, JobState.FAILED)
 
 
 @dataclass(frozen=True)
@@ -43,30 +45,30 @@ class RunReport:
         """The kind of each attempt, in the order they ran."""
         return [run.kind for run in self.runs]
 
-    def _in(self, *states: str) -> list[JobRun]:
+    def _in(self, *states: JobState) -> list[JobRun]:
         return [run for run in self.runs if run.state in states]
 
     @property
     def completed(self) -> list[JobRun]:
-        return self._in("completed")
+        return self._in(JobState.COMPLETED)
 
     @property
     def retried(self) -> list[JobRun]:
         """Attempts that failed and left the job retryable (it runs again after its backoff)."""
-        return self._in("retryable")
+        return self._in(JobState.RETRYABLE)
 
     @property
     def failed(self) -> list[JobRun]:
         """Attempts that left the job failed (attempts exhausted, TerminalError, unknown kind)."""
-        return self._in("failed")
+        return self._in(JobState.FAILED)
 
     @property
     def snoozed(self) -> list[JobRun]:
-        return self._in("scheduled")
+        return self._in(JobState.SCHEDULED)
 
     @property
     def cancelled(self) -> list[JobRun]:
-        return self._in("cancelled")
+        return self._in(JobState.CANCELLED)
 
     @property
     def failures(self) -> list[JobRun]:
@@ -188,4 +190,4 @@ def _hand_back(alias: str, job: ClaimedJob) -> None:
     """Give back an attempt claimed past the bound: due again, the attempt not counted, and an
     error entry saying why, so that nothing is left running."""
     error = error_entry(job, f"run_jobs() stopped after {MAX_RUNS} attempts, before running this one")
-    write_outcome(alias, job, Outcome("retryable", error=error, refund=1), None)
+    write_outcome(alias, job, Outcome(JobState.RETRYABLE, error=error, refund=1), None)

@@ -1,4 +1,4 @@
-"""The worker runtime: one asyncio loop, a dispatcher per queue, batched writes, maintenance.
+"""The worker runtime: one asyncio loop, a runner per queue, batched writes, maintenance.
 
 ``Worker(config).run()`` is the whole runtime; ``build_config`` turns settings, command-line
 options and ``Queue`` rows into a validated ``WorkerConfig``. Imported lazily, so that loading

@@ -1,13 +1,11 @@
 """Attempts: one task per claimed job, from its permit to its written outcome.
 
-``start`` is where a claimed row goes (from a dispatcher's claim or the writer's hand-over): it
+``start`` is where a claimed row goes (from a runner's claim or the writer's hand-over): it
 creates the attempt's task and records it in ``in_flight``. The task runs the handler
 (``executor``), hands the outcome and the permit to the batched writer (``completer``), and ends
 once the row's final state is written: a row marked running always holds a slot. A sync handler
 past its deadline keeps its slot (``overrunning``) until its thread returns, though its row is
 already written.
-
-Attempts meet the supervisor through ``AttemptHost``, a narrow door.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Protocol
 
 from awa_django.concurrency import Permit
 from awa_django.observability import tracing
@@ -26,46 +23,34 @@ from awa_django.registry import Registry
 from awa_django.worker.completer import Completer
 from awa_django.worker.context import ClaimedJob, InFlight, JobContext
 from awa_django.worker.executor import Executor
+from awa_django.worker.stop import Stop
 
 logger = logging.getLogger(__name__)
 
 
-class AttemptHost(Protocol):
-    """What running an attempt needs from the worker."""
-
-    registry: Registry
-    metrics: MetricsSink
-
-    @property
-    def forced(self) -> bool:
-        """A second stop signal came: stop waiting for rows being written."""
-        ...
-
-    def queue_deadline(self, queue: str) -> float | None:
-        """The queue's handler deadline in seconds, None for none."""
-        ...
-
-
 class Attempts:
-    def __init__(self, host: AttemptHost, executor: Executor, completer: Completer) -> None:
-        self.host = host
+    def __init__(
+        self, executor: Executor, completer: Completer, *, registry: Registry, metrics: MetricsSink, stop: Stop
+    ) -> None:
         self.executor = executor
         self.completer = completer
+        self.registry = registry
+        self.metrics = metrics
+        self.stop = stop
         self.in_flight: dict[int, InFlight] = {}
         # Sync handlers past their deadline whose thread still runs: the row is written, the slot held.
         self.overrunning: set[int] = set()
 
-    def start(self, job: ClaimedJob, permit: Permit) -> None:
+    def start(self, job: ClaimedJob, permit: Permit, deadline: float | None) -> None:
+        """Run a claimed job on its permit, within ``deadline`` seconds (None: no deadline)."""
         context = JobContext(job)
-        task = asyncio.create_task(self._run_job(job, context, permit), name=f"awa-job-{job.id}")
+        task = asyncio.create_task(self._run_job(job, context, permit, deadline), name=f"awa-job-{job.id}")
         self.in_flight[job.id] = InFlight(job, context, task)
-        self.host.metrics.job_started(job.queue, job.kind, job.waited)
+        self.metrics.job_started(job.queue, job.kind, job.waited)
 
-    async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit) -> None:
-        host = self.host
+    async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit, deadline: float | None) -> None:
         handed_to_writer = False
         try:
-            deadline = host.queue_deadline(job.queue)
             started = time.monotonic()
             with tracing.attempt_span(job) as span:
                 outcome = await self.executor.execute(job, context, deadline)
@@ -82,11 +67,11 @@ class Attempts:
             try:
                 stored = await asyncio.shield(written)
             except asyncio.CancelledError:
-                if not host.forced:  # the row is still being written: keep the task until it is
+                if not self.stop.forced:  # the row is still being written: keep the task until it is
                     with contextlib.suppress(asyncio.CancelledError):
                         await written
                 raise
-            report_outcome(host.metrics, host.registry, job, outcome, ran, stored)
+            report_outcome(self.metrics, self.registry, job, outcome, ran, stored)
             if thread is not None:
                 self.in_flight.pop(job.id, None)  # finished as far as the row goes: not drained
                 self.overrunning.add(job.id)

@@ -9,8 +9,6 @@ inside one transaction that locks every worker's row, and publishes the caps wit
 database clock. A worker whose lease ran out (no leader, or no database) falls back to its floor
 caps; a worker that stops reporting is forgotten after ``heartbeat_staleness``, when its running
 jobs are rescued.
-
-Both meet the worker through ``CapacityHost``, a narrow door.
 """
 
 from __future__ import annotations
@@ -20,18 +18,17 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg.rows import dict_row
 
-from awa_django.concurrency import Allocator
 from awa_django.concurrency.cluster import ClusterPlan, ClusterPlanner, QueueUse, WorkerView
 from awa_django.sql import statements
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS
+from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -44,75 +41,53 @@ def lease_seconds(config: WorkerConfig) -> float:
     return max(MIN_LEASE, 4 * config.maintenance_interval)
 
 
-class CapacityHost(Protocol):
-    """What the cluster capacity parts need from the worker."""
-
-    config: WorkerConfig
-    allocator: Allocator
-    pool: AsyncConnectionPool
-    stopping: bool
-
-    @property
-    def instance_key(self) -> str: ...
-
-    def queue_use(self) -> dict[str, tuple[int, int]]:
-        """{queue: (held, demand)} for the queues this worker serves."""
-        ...
-
-    def apply_rate_shares(self, rates: Mapping[str, float]) -> None: ...
-
-    def wake_waiting(self) -> None: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
 class ClusterMember:
-    def __init__(self, host: CapacityHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.caps: dict[str, int] = {}
         self.floors: dict[str, int] = {}
         self.leased = False
         self.reports = 0
         self._last_lease = -math.inf  # monotonic time of the last report that found a valid lease
-        self.host.allocator.set_capacities({})  # nothing until the leader has planned for us
+        self.runtime.allocator.set_capacities({})  # nothing until the leader has planned for us
 
     async def run(self) -> None:
-        host = self.host
-        while not host.stopping:
+        stop = self.runtime.stop
+        while not stop.stopping:
             try:
                 await self.report_once()
             except TRANSIENT_ERRORS as exc:
                 logger.warning("capacity report failed: %r; retrying", exc)
                 self._expire_if_due()
-            await host.sleep(REPORT_EVERY)
+            await stop.sleep(REPORT_EVERY)
 
     async def report_once(self) -> None:
-        host = self.host
-        use = host.queue_use()
+        runtime = self.runtime
+        use = runtime.runners.queue_use()
         params = {
-            "instance_id": host.instance_key,
+            "instance_id": runtime.identity.key,
             "use": json.dumps({q: {"held": held, "demand": demand} for q, (held, demand) in use.items()}),
-            "applied": json.dumps(host.allocator.capacities or {}),
-            "global_max_workers": host.config.global_max_workers,
+            "applied": json.dumps(runtime.allocator.capacities or {}),
+            "global_max_workers": runtime.config.global_max_workers,
         }
-        async with host.pool.connection() as conn:
-            cursor = await conn.execute(statements["report_capacity"], params)
+        async with runtime.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["report_capacity"], params)
             row = await cursor.fetchone()
         self.reports += 1
         if row is None:  # pragma: no cover - an upsert always returns its row
             return
-        caps, floors, rates, leased = row
+        caps, floors, rates, leased = row["caps"], row["floors"], row["rates"], row["leased"]
         self.floors = {q: int(n) for q, n in (floors or {}).items()}
         if leased:
             self._last_lease = time.monotonic()
             self._apply({q: int(n) for q, n in (caps or {}).items()}, leased=True)
-            host.apply_rate_shares({q: float(r) for q, r in (rates or {}).items()})
+            runtime.runners.apply_rate_shares({q: float(r) for q, r in (rates or {}).items()})
         else:
             self._expire_if_due()
 
     def _expire_if_due(self) -> None:
         """Past the lease (the leader or the database is gone): keep only the floor caps."""
-        if time.monotonic() - self._last_lease < lease_seconds(self.host.config):
+        if time.monotonic() - self._last_lease < lease_seconds(self.runtime.config):
             return
         fallback = {q: min(n, self.caps.get(q, 0)) for q, n in self.floors.items()}
         if self.leased or fallback != self.caps:
@@ -126,67 +101,65 @@ class ClusterMember:
         self.caps, self.leased = caps, leased
         if changed:
             logger.debug("cluster caps applied caps=%s leased=%s", caps, leased)
-            self.host.allocator.set_capacities(caps)
-            self.host.wake_waiting()
+            self.runtime.allocator.set_capacities(caps)
+            self.runtime.runners.wake_waiting()
 
     async def leave(self) -> None:
         """At shutdown, after the jobs are written or handed back: our part returns at once."""
         with contextlib.suppress(*TRANSIENT_ERRORS):
-            async with self.host.pool.connection(timeout=2) as conn:
-                await conn.execute(statements["delete_worker_capacity"], {"instance_id": self.host.instance_key})
+            async with self.runtime.pool.connection(timeout=2) as conn:
+                await conn.execute(statements["delete_worker_capacity"], {"instance_id": self.runtime.identity.key})
 
 
 class ClusterLeader:
     """The maintenance leader's part: plan and publish every cluster-scope worker's caps."""
 
-    def __init__(self, host: CapacityHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.planner = ClusterPlanner()
         self.last_plan: ClusterPlan | None = None
         self._said: str | None = None
 
     async def plan_once(self, conn: psycopg.AsyncConnection[Any]) -> ClusterPlan | None:
         """One planning round, in one transaction; None when no worker is in cluster scope."""
-        config = self.host.config
+        config = self.runtime.config
         # A dead worker's part is freed only once its running jobs were surely rescued (the rescue
         # runs first each round, at heartbeat_staleness after a job's last heartbeat or claim,
         # which is never later than the worker's last report plus one report interval).
         staleness = timedelta(seconds=config.heartbeat_staleness + REPORT_EVERY + DEAD_MARGIN)
-        async with conn.transaction():
-            cursor = await conn.execute(statements["lock_capacities"], {"staleness": staleness})
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["lock_capacities"], {"staleness": staleness})
             rows = await cursor.fetchall()
             if not rows:
                 self.last_plan = None
                 return None
-            await conn.execute(statements["delete_dead_capacities"], {"staleness": staleness})
-            live = [row for row in rows if row[5]]
+            await cursor.execute(statements["delete_dead_capacities"], {"staleness": staleness})
+            live = [row for row in rows if row["live"]]
             if not live:
                 self.last_plan = None
                 return None
-            cursor = await conn.execute(
-                statements["read_cluster_settings"], {"global_max_workers": config.global_max_workers}
-            )
+            await cursor.execute(statements["read_cluster_settings"], {"global_max_workers": config.global_max_workers})
             setting = await cursor.fetchone()
-            global_max = self._global_max(setting[0] if setting else None, [row[4] for row in live])
-            cursor = await conn.execute(statements["read_queues"])
-            names = [d.name for d in cursor.description or []]
+            global_max = self._global_max(
+                setting["global_max_workers"] if setting else None, [row["global_max_workers"] for row in live]
+            )
+            await cursor.execute(statements["read_queues"])
             limits: dict[str, QueueConfig] = {}
             for values in await cursor.fetchall():
-                queue = QueueConfig.from_row(dict(zip(names, values, strict=True)))
+                queue = QueueConfig.from_row(values)
                 limits[queue.name] = queue
             views = []
-            for instance_id, use, applied, caps, _, _, read in live:
-                for queue in use or {}:
+            for row in live:
+                use = row["use"] or {}
+                for queue in use:
                     limits.setdefault(queue, QueueConfig(queue))
                 views.append(
                     WorkerView(
-                        worker=str(instance_id),
-                        use={
-                            q: QueueUse(int(u.get("held", 0)), int(u.get("demand", 0))) for q, u in (use or {}).items()
-                        },
-                        applied={q: int(n) for q, n in (applied or {}).items()},
-                        published={q: int(n) for q, n in (caps or {}).items()},
-                        read={q: int(n) for q, n in (read or {}).items()},
+                        worker=str(row["instance_id"]),
+                        use={q: QueueUse(int(u.get("held", 0)), int(u.get("demand", 0))) for q, u in use.items()},
+                        applied={q: int(n) for q, n in (row["applied"] or {}).items()},
+                        published={q: int(n) for q, n in (row["caps"] or {}).items()},
+                        read={q: int(n) for q, n in (row["read"] or {}).items()},
                     )
                 )
             plan = self.planner.plan(global_max, limits, views, now=time.monotonic())
@@ -197,7 +170,7 @@ class ClusterLeader:
                 {w[:8]: c for w, c in plan.caps.items()},
             )
             ids = [view.worker for view in views]
-            await conn.execute(
+            await cursor.execute(
                 statements["publish_capacities"],
                 {
                     "ids": ids,

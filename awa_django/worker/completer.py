@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -39,9 +38,11 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django.concurrency import Permit
 from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
-from awa_django.worker.context import COMPLETED, ClaimedJob, Outcome
+from awa_django.states import JobState
+from awa_django.worker.context import ClaimedJob, Outcome, claimed_job_row
 from awa_django.worker.db import retrying
-from awa_django.worker.storable import escape_json, escape_text
+from awa_django.worker.storable import escape_text
+from awa_django.worker.writes import outcome_writes
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +53,24 @@ MAX_BATCH = 1000
 WRITE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, UnicodeError, ValueError, TypeError)
 
 
-class HandOver(Protocol):
-    """What the writer needs from the worker to pass permits straight to the next jobs."""
+@dataclass(frozen=True, slots=True)
+class HandOverClaim:
+    """Permits a queue's runner keeps for its next jobs, and the claim_jobs parameters to fill them."""
 
-    def plan_hand_over(self, permits: Sequence[Permit]) -> dict[str, tuple[list[Permit], dict[str, Any]]]:
-        """{queue: (permits to pass on, claim_jobs parameters)}; permits not named are released."""
+    permits: list[Permit]
+    params: dict[str, Any]
+
+
+class HandOver(Protocol):
+    """What the writer needs to pass permits straight to the next jobs (the queues' runners)."""
+
+    def plan_hand_over(self, permits: Sequence[Permit]) -> dict[str, HandOverClaim]:
+        """{queue: the claim to run after the writes}; permits not named in it are released."""
         ...
 
-    def adopt(self, queue: str, rows: list[tuple[Any, ...]], permits: list[Permit], *, ran_dry: bool = True) -> None:
-        """Dispatch the claimed rows with those permits; release the ones left unfilled. With
-        ``ran_dry`` False the claim never ran (its batch was refused): the queue may still have jobs."""
+    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+        """Run the claimed jobs on the claim's permits; release the ones left unfilled. With
+        ``claim_ran`` False the claim never ran (its batch was refused): the queue may still have jobs."""
         ...
 
 
@@ -137,15 +146,15 @@ class Completer:
         batch.sort(key=lambda entry: entry.job.id)  # id order: no deadlock with heartbeat batches
         permits = [entry.permit for entry in batch if entry.permit is not None]
         plan = self.hand_over.plan_hand_over(permits) if self.hand_over is not None and permits else {}
-        passing = {id(p) for kept, _ in plan.values() for p in kept}
+        passing = {id(p) for claim in plan.values() for p in claim.permits}
         try:
             written, claimed = await retrying("writing finished jobs", functools.partial(self._write, batch, plan))
         except WRITE_ERRORS as exc:
             # Nothing was written nor claimed: write the rows apart, pass no permit on.
             logger.error("a batch of %d finished attempt(s) was refused error=%r; writing it in parts", len(batch), exc)
             assert self.hand_over is not None or not plan
-            for queue, (kept, _) in plan.items():
-                self.hand_over.adopt(queue, [], kept, ran_dry=False)  # type: ignore[union-attr]
+            for queue, claim in plan.items():
+                self.hand_over.adopt(queue, [], claim, claim_ran=False)  # type: ignore[union-attr]
             plan, passing, claimed = {}, set(), {}
             try:
                 written = await self._write_apart(batch, exc)
@@ -163,13 +172,17 @@ class Completer:
             if id(permit) not in passing:
                 permit.release()
         assert self.hand_over is not None or not plan
-        for queue, (kept, _) in plan.items():
+        for queue, claim in plan.items():
             taken = claimed.get(queue, [])
-            self.handed_over += min(len(kept), len(taken))
+            self.handed_over += min(len(claim.permits), len(taken))
             logger.debug(
-                "handed over queue=%s written=%d permits=%d claimed=%d", queue, len(written), len(kept), len(taken)
+                "handed over queue=%s written=%d permits=%d claimed=%d",
+                queue,
+                len(written),
+                len(claim.permits),
+                len(taken),
             )
-            self.hand_over.adopt(queue, taken, kept)  # type: ignore[union-attr]
+            self.hand_over.adopt(queue, taken, claim, claim_ran=True)  # type: ignore[union-attr]
 
     async def _write_apart(self, batch: list[_Finished], error: BaseException) -> set[int]:
         """Write a refused batch in halves, recursively; a row refused alone is failed instead."""
@@ -204,7 +217,7 @@ class Completer:
         failed = _Finished(
             job,
             Outcome(
-                "failed",
+                JobState.FAILED,
                 error={
                     "error": escape_text(reason),
                     "attempt": job.attempt,
@@ -245,38 +258,19 @@ class Completer:
             entry.future.set_result(ok)
 
     async def _write(
-        self, batch: list[_Finished], plan: dict[str, tuple[list[Permit], dict[str, Any]]]
-    ) -> tuple[set[int], dict[str, list[tuple[Any, ...]]]]:
+        self, batch: list[_Finished], plan: Mapping[str, HandOverClaim]
+    ) -> tuple[set[int], dict[str, list[ClaimedJob]]]:
         """One round trip: the completions, the other outcomes, then the hand-over claims."""
-        complete = [e.job for e in batch if e.outcome is COMPLETED and e.progress is None]
-        final = [e for e in batch if not (e.outcome is COMPLETED and e.progress is None)]
+        writes = outcome_writes(batch)
         async with self.pool.connection() as conn:
             cursors = []
+            claims = {}
             async with conn.pipeline():
-                if complete:
-                    params = {"ids": [job.id for job in complete], "leases": [job.run_lease for job in complete]}
-                    cursors.append(await conn.execute(statements["complete_jobs"], params))
-                if final:
-                    cursors.append(await conn.execute(statements["finalize_jobs"], self._final_params(final)))
-                claims = {
-                    queue: await conn.execute(statements["claim_jobs"], params) for queue, (_, params) in plan.items()
-                }
+                for name, params in writes:
+                    cursors.append(await conn.execute(statements[name], params))
+                for queue, claim in plan.items():
+                    cursor = conn.cursor(row_factory=claimed_job_row)
+                    claims[queue] = await cursor.execute(statements["claim_jobs"], claim.params)
             written = {row[0] for cursor in cursors for row in await cursor.fetchall()}
             claimed = {queue: await cursor.fetchall() for queue, cursor in claims.items()}
         return written, claimed
-
-    @staticmethod
-    def _final_params(final: list[_Finished]) -> dict[str, Any]:
-        return {
-            "ids": [e.job.id for e in final],
-            "leases": [e.job.run_lease for e in final],
-            "states": [e.outcome.state for e in final],
-            "delays": [e.outcome.delay for e in final],
-            "errors": [
-                None if e.outcome.error is None else json.dumps(escape_json(e.outcome.error), default=str)
-                for e in final
-            ],
-            "refunds": [e.outcome.refund for e in final],
-            "progress": [e.progress for e in final],
-            "results": [e.outcome.result for e in final],
-        }

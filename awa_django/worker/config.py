@@ -76,7 +76,7 @@ class WorkerConfig:
     # together, through caps the maintenance leader publishes (see awa_django.concurrency.cluster).
     capacity_scope: str = "process"
     # Queues named on the command line: the worker then serves only those, and ignores new
-    # Queue rows; otherwise a new Queue row gets a dispatcher when it appears.
+    # Queue rows; otherwise a new Queue row gets a runner when it appears.
     fixed_queues: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -31,6 +31,7 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
+from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.storable import escape_json, find_problem
@@ -121,7 +122,7 @@ class Executor:
         handler = self.registry.get(job.kind)
         if handler is None:
             return Outcome(
-                "failed",
+                JobState.FAILED,
                 error=error_entry(
                     job,
                     f"no handler registered for kind {job.kind!r}; register one with "
@@ -131,7 +132,7 @@ class Executor:
         args = job.args if isinstance(job.args, dict) else {}
         mismatch = self._bind_error(handler, args)
         if mismatch is not None:
-            return Outcome("failed", error=error_entry(job, mismatch))
+            return Outcome(JobState.FAILED, error=error_entry(job, mismatch))
         own: list[BaseException] = []  # a TimeoutError the handler raised itself, not the deadline's
         try:
             if handler.is_async:
@@ -146,15 +147,17 @@ class Executor:
                 raise  # the worker cancelled this attempt (stopping, handing back)
             return self._retry_or_fail(job, f"the handler raised {describe(exc)} itself (nothing cancelled it)", exc)
         except Snooze as snooze:
-            return Outcome("scheduled", delay=snooze.delay, refund=1)
+            return Outcome(JobState.SCHEDULED, delay=snooze.delay, refund=1)
         except RetryAfter as retry:
             if job.attempt >= job.max_attempts:
-                return Outcome("failed", error=error_entry(job, describe(retry), retry))
-            return Outcome("retryable", delay=retry.delay, error=error_entry(job, describe(retry), retry))
+                return Outcome(JobState.FAILED, error=error_entry(job, describe(retry), retry))
+            return Outcome(JobState.RETRYABLE, delay=retry.delay, error=error_entry(job, describe(retry), retry))
         except Cancel as cancel:
-            return Outcome("cancelled", error=error_entry(job, f"cancelled: {cancel.reason or 'by the handler'}"))
+            return Outcome(
+                JobState.CANCELLED, error=error_entry(job, f"cancelled: {cancel.reason or 'by the handler'}")
+            )
         except TerminalError as exc:
-            return Outcome("failed", error=error_entry(job, describe(exc), exc))
+            return Outcome(JobState.FAILED, error=error_entry(job, describe(exc), exc))
         except TimeoutError as exc:
             # The deadline's TimeoutError comes from wait_for (async) or _run_sync, which then sets
             # running_thread; any other is the handler's own, reported as what it is.
@@ -212,7 +215,7 @@ class Executor:
             except RecursionError:
                 where = None
             return Outcome(
-                "failed",
+                JobState.FAILED,
                 error=error_entry(
                     job,
                     f"the handler returned a value that cannot be stored as JSON ({type(result).__name__}: "
@@ -220,10 +223,10 @@ class Executor:
                     "(str, int, float, bool, None, list, dict)",
                 ),
             )
-        return Outcome("completed", result=text)
+        return Outcome(JobState.COMPLETED, result=text)
 
     def _retry_or_fail(self, job: ClaimedJob, error: str, exc: BaseException) -> Outcome:
         entry = error_entry(job, error, exc)
         if job.attempt >= job.max_attempts:
-            return Outcome("failed", error=entry)
-        return Outcome("retryable", delay=backoff(job.attempt), error=entry)
+            return Outcome(JobState.FAILED, error=entry)
+        return Outcome(JobState.RETRYABLE, delay=backoff(job.attempt), error=entry)

@@ -5,8 +5,6 @@ paused and how many rows wait in the database; beside them the worker's flags (l
 stopping, …). The shape is ``awa_django.worker.snapshot``'s, the one the admin and ``awa_health``
 read. A failed write is logged and tried again next interval; the row of a worker that stopped
 writing goes stale and its readers stop counting it live.
-
-The loop meets the supervisor through ``SnapshotHost``, a narrow door.
 """
 
 from __future__ import annotations
@@ -15,20 +13,17 @@ import json
 import logging
 import math
 import time
-import uuid
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg.rows import dict_row
 
 from awa_django import defaults
-from awa_django.concurrency import Allocator
 from awa_django.sql import statements
 from awa_django.worker.completer import WRITE_ERRORS
 from awa_django.worker.config import WorkerConfig
-from awa_django.worker.dispatcher import Dispatcher
+from awa_django.worker.runtime import Runtime
 from awa_django.worker.snapshot import QueueSnapshot, WorkerFlags, queues_to_json
 
 logger = logging.getLogger(__name__)
@@ -38,64 +33,39 @@ logger = logging.getLogger(__name__)
 COUNT_COST_FACTOR = 20.0
 
 
-class SnapshotHost(Protocol):
-    """What the snapshot loop needs from the worker."""
-
-    config: WorkerConfig
-    allocator: Allocator
-    pool: AsyncConnectionPool
-    stopping: bool
-
-    @property
-    def dispatchers(self) -> Mapping[str, Dispatcher]: ...
-
-    instance_id: uuid.UUID
-    hostname: str
-    pid: int
-    started_at: datetime
-
-    def flags(self) -> WorkerFlags:
-        """The worker's state now, beside its queues."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, or less if the worker stops meanwhile."""
-        ...
-
-
 def snapshot_interval(config: WorkerConfig) -> float:
     """Seconds between snapshot writes (``services.snapshot_interval`` mirrors this for readers)."""
     return min(config.heartbeat_interval, defaults.SNAPSHOT_INTERVAL_MAX)
 
 
 class SnapshotWriter:
-    def __init__(self, host: SnapshotHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime, flags: Callable[[], WorkerFlags]) -> None:
+        self.runtime = runtime
+        self.flags = flags  # the worker's state now, beside its queues
         self._available_rows: dict[str, int] = {}
         self._count_at = -math.inf  # the first write counts
 
     async def run(self) -> None:
-        host = self.host
-        interval = snapshot_interval(host.config)
-        while not host.stopping:
+        runtime = self.runtime
+        interval = snapshot_interval(runtime.config)
+        while not runtime.stop.stopping:
             try:
                 await self.write()
             except WRITE_ERRORS as exc:
                 logger.warning("snapshot write failed: %r", exc)
-            await host.sleep(interval)
+            await runtime.stop.sleep(interval)
 
     def queues(self, available_rows: Mapping[str, int] | None = None) -> dict[str, QueueSnapshot]:
         """Per configured queue: mode, capacity, in-flight and available permits, paused, and the
         available rows counted in the database (None when not counted)."""
-        host = self.host
-        allocator = host.allocator
+        allocator, runners = self.runtime.allocator, self.runtime.runners
         return {
             name: QueueSnapshot(
                 mode=allocator.mode,
                 capacity=allocator.capacity(name),
                 in_flight=allocator.in_flight(name),
                 available=allocator.available(name),
-                paused=host.dispatchers[name].config.paused if name in host.dispatchers else False,
+                paused=runners.paused(name),
                 jobs_available=(available_rows or {}).get(name),
             )
             for name in allocator.queues
@@ -106,25 +76,27 @@ class SnapshotWriter:
         duration has passed (meanwhile the snapshot shows the last count)."""
         started = time.monotonic()
         if started >= self._count_at:
-            cursor = await conn.execute(statements["count_available_jobs"], {"queues": list(self.host.dispatchers)})
-            self._available_rows = {row[0]: row[1] for row in await cursor.fetchall()}
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["count_available_jobs"], {"queues": list(self.runtime.runners)})
+                self._available_rows = {row["queue"]: row["count"] for row in await cursor.fetchall()}
             self._count_at = started + COUNT_COST_FACTOR * (time.monotonic() - started)
         return self._available_rows
 
     async def write(self) -> None:
-        host = self.host
-        async with host.pool.connection() as conn:
+        runtime = self.runtime
+        identity = runtime.identity
+        async with runtime.pool.connection() as conn:
             available_rows = await self._count_available(conn)
             await conn.execute(
                 statements["upsert_worker_instance"],
                 {
-                    "instance_id": host.instance_id,
-                    "hostname": host.hostname,
-                    "pid": host.pid,
-                    "started_at": host.started_at,
-                    "mode": host.allocator.mode,
-                    "global_max_workers": host.config.global_max_workers,
+                    "instance_id": identity.instance_id,
+                    "hostname": identity.hostname,
+                    "pid": identity.pid,
+                    "started_at": identity.started_at,
+                    "mode": runtime.allocator.mode,
+                    "global_max_workers": runtime.config.global_max_workers,
                     "queues": json.dumps(queues_to_json(self.queues(available_rows))),
-                    "flags": json.dumps(host.flags().to_json()),
+                    "flags": json.dumps(self.flags().to_json()),
                 },
             )

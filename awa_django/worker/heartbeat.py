@@ -4,55 +4,35 @@
 progress with it. An attempt whose row did not match is no longer this worker's (rescued after a
 stall, or cancelled): its handler is told to stop. Attempts already finishing are left out: their
 final state is on its way, and the writer matches the same guard.
-
-The loop meets the supervisor through ``HeartbeatHost``, a narrow door.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, Protocol
-
-from psycopg_pool import AsyncConnectionPool
+from typing import Any
 
 from awa_django.sql import statements
 from awa_django.worker.completer import WRITE_ERRORS
-from awa_django.worker.config import WorkerConfig
-from awa_django.worker.context import InFlight
 from awa_django.worker.db import TRANSIENT_ERRORS
+from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
 
-class HeartbeatHost(Protocol):
-    """What the heartbeat loop needs from the worker."""
-
-    config: WorkerConfig
-    pool: AsyncConnectionPool
-    stopping: bool
-
-    @property
-    def in_flight(self) -> Mapping[int, InFlight]: ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, or less if the worker stops meanwhile."""
-        ...
-
-
 class Heartbeat:
-    def __init__(self, host: HeartbeatHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     async def run(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""
-        host = self.host
-        while not host.stopping:
-            await host.sleep(host.config.heartbeat_interval)
+        runtime = self.runtime
+        while not runtime.stop.stopping:
+            await runtime.stop.sleep(runtime.config.heartbeat_interval)
             # Attempts already finishing are being written; in id order, like the completer's
             # batches, so two batch updates of the same rows cannot deadlock.
             entries = sorted(
-                (entry for entry in host.in_flight.values() if not entry.context.finishing), key=lambda e: e.job.id
+                (entry for entry in runtime.attempts.in_flight.values() if not entry.context.finishing),
+                key=lambda e: e.job.id,
             )
             if not entries:
                 continue
@@ -63,7 +43,7 @@ class Heartbeat:
             async def beat(
                 ids: list[int] = ids, leases: list[int] = leases, progress: list[Any] = progress
             ) -> set[int]:
-                async with host.pool.connection() as conn:
+                async with runtime.pool.connection() as conn:
                     cursor = await conn.execute(
                         statements["heartbeat_jobs"], {"ids": ids, "leases": leases, "progress": progress}
                     )

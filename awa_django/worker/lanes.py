@@ -1,9 +1,9 @@
-"""Where each priority lane's claim scan starts: one cursor per (queue, priority), per dispatcher.
+"""Where each priority lane's claim scan starts: one cursor per (queue, priority), per queue runner.
 
 A claimed job leaves the old version of its row, and that version's entry in the available index,
 behind until vacuum removes them; while any transaction holds an older snapshot vacuum cannot, and
 a claim that scans a lane from its front visits every such entry. ``claim_jobs`` therefore starts
-each lane's scan after the (run_at, id) of the last job this dispatcher claimed from it, which
+each lane's scan after the (run_at, id) of the last job its queue runner claimed from it, which
 the btree descent reaches without touching what lies before it.
 
 Jobs can become available behind a cursor: a scheduled or retryable job promoted when due, a job
@@ -13,7 +13,7 @@ look-behind (worker/lookbehind.py) finds them off the claim path: one query for 
 every queue, returning each lane's first due, available job behind its cursor; a frequent window
 look covers the few seconds before each cursor and a rarer full look the whole lane, each at least
 ``LOOK_BEHIND_COST_FACTOR`` times as long apart as its last run took. ``found_behind`` turns
-that into a *rewind*: the next claim of the queue (the dispatcher's own or a hand-over) starts
+that into a *rewind*: the next claim of the queue (the runner's own or a hand-over) starts
 that lane just before the job found, so it takes what lies behind in (run_at, id) order,
 walking only the dead entries between the job found and the cursor, never those before it.
 Nothing else depends on the cursor: it only says where a scan starts, the claim's own
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 LANES = 4  # priorities 1 (highest) .. 4, the range awa_job_priority_range allows
 
@@ -45,6 +45,19 @@ FULL_LOOK_EVERY = 1.0
 LOOK_BEHIND_COST_FACTOR = 20.0
 
 Key = tuple[datetime, int]
+
+
+class Claimed(Protocol):
+    """What a cursor needs of a claimed row (``context.ClaimedJob`` has it)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def run_at(self) -> datetime | None: ...
 
 
 class LaneCursors:
@@ -117,10 +130,10 @@ class LaneCursors:
                 pending = self._pending[lane]
                 self._pending[lane] = start if pending is None else min(pending, start)
 
-    def advance(self, rows: Sequence[Sequence[Any]], params: dict[str, Any]) -> None:
+    def advance(self, rows: Sequence[Claimed], params: dict[str, Any]) -> None:
         """Move each lane's cursor past the rows a claim issued with ``params`` returned.
 
-        ``rows`` are claim_jobs rows (id at index 0, priority at 7, run_at at 9), in lane order.
+        ``rows`` are claim_jobs rows, in lane order.
         An ordinary claim moves each lane's cursor forward to the last (run_at, id) it claimed
         there. A rewinding claim moves a rewound lane's cursor back: to the last job it claimed
         there when it filled its limit in that lane (more may lie behind the old cursor), or to
@@ -136,8 +149,9 @@ class LaneCursors:
         last: list[Key | None] = [None] * LANES
         counts = [0] * LANES
         for row in rows:
-            lane = int(row[7]) - 1
-            claimed: Key = (row[9], int(row[0]))
+            assert row.run_at is not None, "claim_jobs returns run_at"
+            lane = row.priority - 1
+            claimed: Key = (row.run_at, row.id)
             counts[lane] += 1
             previous = last[lane]
             if previous is None or claimed > previous:

@@ -1,12 +1,11 @@
 """Wake-ups: the LISTEN connection that turns NOTIFYs into nudges, and the backlog probe, its backstop.
 
-An idle dispatcher issues no query; it is woken by a NOTIFY for its queue (``Listener``) or by the
-``BacklogProbe``, which looks at every idle queue together once per poll interval (and at once
+An idle queue runner issues no query; it is woken by a NOTIFY for its queue (``Listener``) or by
+the ``BacklogProbe``, which looks at every idle queue together once per poll interval (and at once
 after the LISTEN connection (re)connects, when notifications may have been missed). A NOTIFY on
 the queues channel asks for the queue settings to be re-read; one on the cancel channel tells a
-running job's handler to stop.
-
-Both meet the supervisor through ``WakeHost``, a narrow door.
+running job's handler to stop. Both reach the queues through ``Runtime.runners``, by name; what
+the probe's answer means for a queue is the runner's to decide (``QueueRunner.backlog_verdict``).
 """
 
 from __future__ import annotations
@@ -15,20 +14,17 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from awa_django import defaults
-from awa_django.concurrency import Allocator
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
 from awa_django.worker.config import WorkerConfig
-from awa_django.worker.context import InFlight
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
-from awa_django.worker.dispatcher import Dispatcher
+from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -40,31 +36,6 @@ class ListenerStalledError(Exception):
 LISTEN_LOST: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ListenerStalledError)
 
 
-class WakeHost(Protocol):
-    """What the wake-up loops need from the worker."""
-
-    config: WorkerConfig
-    allocator: Allocator
-    pool: AsyncConnectionPool
-    stopping: bool
-
-    @property
-    def dispatchers(self) -> Mapping[str, Dispatcher]: ...
-
-    @property
-    def in_flight(self) -> Mapping[int, InFlight]: ...
-
-    def wake_waiting(self) -> None: ...
-
-    def reconfigure_soon(self) -> None:
-        """The queue settings changed (a NOTIFY on the queues channel): re-read them now."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, or less if the worker stops meanwhile."""
-        ...
-
-
 def listen_check_interval(config: WorkerConfig) -> float:
     """How often the LISTEN connection proves it works (a self-NOTIFY round trip); a check not
     answered within one interval means the connection is dead or half-open."""
@@ -74,20 +45,20 @@ def listen_check_interval(config: WorkerConfig) -> float:
 class BacklogProbe:
     """The backstop to NOTIFY, one query per poll interval for every queue together."""
 
-    def __init__(self, host: WakeHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.now = asyncio.Event()  # set: probe at once instead of at the end of the interval
 
     def look_now(self) -> None:
         self.now.set()
 
     def params(self, queues: list[str]) -> dict[str, list[Any]]:
-        """find_ready_queues' parameters: every lane of each queue, from its dispatcher's cursor
+        """find_ready_queues' parameters: every lane of each queue, from its runner's cursor
         (jobs behind the cursors are the look-behind's, worker/lookbehind.py)."""
-        dispatchers = self.host.dispatchers
+        runners = self.runtime.runners
         params: dict[str, list[Any]] = {"queues": [], "lanes": [], "after_run_at": [], "after_id": []}
         for name in queues:
-            for priority, key in enumerate(dispatchers[name].lanes.cursors(), start=1):
+            for priority, key in enumerate(runners.lane_cursors(name), start=1):
                 params["queues"].append(name)
                 params["lanes"].append(priority)
                 params["after_run_at"].append(None if key is None else key[0])
@@ -95,49 +66,40 @@ class BacklogProbe:
         return params
 
     async def run(self) -> None:
-        """Nudge the idle dispatchers whose queue has due jobs (a missed or absent NOTIFY, a
-        promoted scheduled job), and stand down those believed hungry whose queue has none
-        (another worker took the jobs a NOTIFY announced), so neither waits nor contends by
-        mistake. The first probe runs at once: it is how the dispatchers learn of jobs waiting at
-        start."""
-        host = self.host
-        while not host.stopping:
-            nudges = {name: d.nudges for name, d in host.dispatchers.items() if not d.config.paused and not d.polling}
-            candidates = list(nudges)
-            if not candidates:
-                await host.sleep(host.config.poll_interval)
+        """Tell each idle queue's runner whether its queue has due jobs (a missed or absent NOTIFY,
+        a promoted scheduled job; or none, when another worker took the jobs a NOTIFY announced),
+        so that none waits nor contends by mistake. The first probe runs at once: it is how the
+        runners learn of jobs waiting at start."""
+        runtime = self.runtime
+        runners, stop = runtime.runners, runtime.stop
+        while not stop.stopping:
+            seen = runners.probe_candidates()
+            if not seen:
+                await stop.sleep(runtime.config.poll_interval)
                 continue
             try:
-                async with host.pool.connection() as conn:
-                    cursor = await conn.execute(statements["find_ready_queues"], self.params(candidates))
+                async with runtime.pool.connection() as conn:
+                    cursor = await conn.execute(statements["find_ready_queues"], self.params(list(seen)))
                     ready = {row[0] for row in await cursor.fetchall()}
             except TRANSIENT_ERRORS as exc:
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
-                await host.sleep(host.config.poll_interval)
+                await stop.sleep(runtime.config.poll_interval)
                 continue
-            for name in candidates:
-                dispatcher = host.dispatchers.get(name)
-                if dispatcher is None or dispatcher.polling or dispatcher.nudges != nudges[name]:
-                    continue  # it looked, or was told of new jobs, after the query: it knows better
-                if name in ready:
-                    if not dispatcher.hungry:
-                        logger.debug("backlog probe wakes queue=%s", name)
-                        dispatcher.nudge()
-                elif dispatcher.hungry and host.allocator.serves(name) and host.allocator.in_flight(name) == 0:
-                    dispatcher.hungry = False
-                    dispatcher.stand_down()
-            host.wake_waiting()
+            for name, nudges in seen.items():
+                runners.backlog_verdict(name, name in ready, nudges)
+            runners.wake_waiting()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.now.wait(), host.config.poll_interval)
+                await asyncio.wait_for(self.now.wait(), runtime.config.poll_interval)
             self.now.clear()
 
 
 class Listener:
     """LISTEN for wake-ups; ``listening`` is true only while the connection proves it works."""
 
-    def __init__(self, host: WakeHost, probe: BacklogProbe) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime, probe: BacklogProbe, reconfigure_soon: Callable[[], None]) -> None:
+        self.runtime = runtime
         self.probe = probe
+        self.reconfigure_soon = reconfigure_soon  # the queue settings changed: re-read them now
         self.listening = False
 
     async def run(self) -> None:
@@ -146,22 +108,23 @@ class Listener:
         A connection can die without a word (a half-open TCP connection, a stopped backend): then
         no error ever comes, only silence. So the connection NOTIFYs itself every check interval and
         must hear the echo before the next check; ``listening`` is true only while it does."""
-        host = self.host
-        if not host.config.listen:
+        runtime = self.runtime
+        config, stop = runtime.config, runtime.stop
+        if not config.listen:
             logger.warning(
                 "LISTEN is off (AWA['LISTEN']=False, or AWA['POOLER']='transaction' without "
                 "AWA['LISTEN_DATABASE_URL']): probing for jobs every %.2fs",
-                host.config.poll_interval,
+                config.poll_interval,
             )
             return
         backoff = Backoff()
-        while not host.stopping:
+        while not stop.stopping:
             try:
-                conn = await connect(host.config.database_alias, purpose="listen")
+                conn = await connect(config.database_alias, purpose="listen")
             except TRANSIENT_ERRORS as exc:
                 delay = backoff.next()
                 logger.warning("LISTEN connection failed, retrying in %.2fs error=%r", delay, exc)
-                await host.sleep(delay)
+                await stop.sleep(delay)
                 continue
             try:
                 async with conn:
@@ -172,7 +135,7 @@ class Listener:
                         logger.warning(
                             "LISTEN is not available (%s): polling every %.2fs",
                             exc,
-                            host.config.poll_interval,
+                            config.poll_interval,
                         )
                         return
                     self.listening = True
@@ -183,16 +146,16 @@ class Listener:
                 self.listening = False
                 delay = backoff.next()
                 logger.warning("LISTEN connection lost, reconnecting in %.2fs error=%r", delay, exc)
-                await host.sleep(delay)
+                await stop.sleep(delay)
             finally:
                 self.listening = False
 
     async def _receive(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Handle notifications; every interval, check the previous self-NOTIFY came back and send
         the next one. Raises ListenerStalledError when the connection stopped answering."""
-        interval = listen_check_interval(self.host.config)
+        interval = listen_check_interval(self.runtime.config)
         waiting_for: str | None = None
-        while not self.host.stopping:
+        while not self.runtime.stop.stopping:
             async for notify in conn.notifies(timeout=interval):
                 if notify.channel == LISTEN_PING_CHANNEL:
                     if notify.payload == waiting_for:
@@ -212,16 +175,13 @@ class Listener:
 
     def on_notify(self, channel: str, payload: str) -> None:
         logger.debug("notified channel=%s payload=%s", channel, payload)
-        host = self.host
         if channel == JOBS_CHANNEL:
-            dispatcher = host.dispatchers.get(payload)
-            if dispatcher is not None:
-                dispatcher.nudge()
+            self.runtime.runners.nudge(payload)
         elif channel == QUEUES_CHANNEL:
-            host.reconfigure_soon()
+            self.reconfigure_soon()
         elif channel == CANCEL_CHANNEL:
             with contextlib.suppress(ValueError):
-                entry = host.in_flight.get(int(payload))
+                entry = self.runtime.attempts.in_flight.get(int(payload))
                 if entry is not None:
                     logger.info("job cancelled while running job_id=%s; telling its handler", payload)
                     entry.context.cancel()

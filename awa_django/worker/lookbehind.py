@@ -1,11 +1,11 @@
-"""The look-behind: finds jobs that became available behind the dispatchers' lane cursors.
+"""The look-behind: finds jobs that became available behind the queue runners' lane cursors.
 
 Claims scan each priority lane from a cursor (worker/lanes.py) so they never walk the dead index
 entries that claimed jobs leave behind while an old snapshot holds vacuum back. A job made
 available behind a cursor (promoted, retried, released, aged, inserted with a past run_at or by a
 transaction that committed late) is found here: one ``find_jobs_behind`` query for every lane of
 every queue this worker claims from, and each lane with such a job is rewound so that the next
-claim of its queue goes back for it (and the dispatcher is nudged, in case it sleeps).
+claim of its queue goes back for it (``QueueRunner.found_behind``, which nudges the runner too).
 
 Two kinds of look, on one task, never on the claim path. The window look checks only the last
 ``LOOK_BEHIND_WINDOW`` seconds of run_at before each cursor, where an insert that committed late
@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
+from psycopg.rows import dict_row
 
 from awa_django.sql import statements
 from awa_django.worker.db import TRANSIENT_ERRORS
@@ -35,8 +34,8 @@ from awa_django.worker.lanes import (
     LOOK_BEHIND_COST_FACTOR,
     LOOK_BEHIND_WINDOW,
     WINDOW_LOOK_EVERY,
-    LaneCursors,
 )
+from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -44,27 +43,9 @@ logger = logging.getLogger(__name__)
 SLOW_LOOK = 0.5
 
 
-class Lanes(Protocol):
-    """What the look-behind needs of a dispatcher."""
-
-    lanes: LaneCursors
-
-    def found_behind(self, priority: int, key: tuple[datetime, int]) -> None: ...
-
-
-class LookBehindHost(Protocol):
-    pool: AsyncConnectionPool
-    stopping: bool
-
-    @property
-    def dispatchers(self) -> Mapping[str, Lanes]: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
 class LookBehind:
-    def __init__(self, host: LookBehindHost) -> None:
-        self.host = host
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.looks = {"window": 0, "full": 0}
         self.found = 0
         self.last_seconds = {"window": 0.0, "full": 0.0}
@@ -72,12 +53,11 @@ class LookBehind:
 
     def params(self, window: float | None) -> dict[str, Any]:
         params: dict[str, Any] = {"queues": [], "lanes": [], "before_run_at": [], "before_id": []}
-        for name, dispatcher in self.host.dispatchers.items():
-            for priority, (run_at, job_id) in dispatcher.lanes.looking():
-                params["queues"].append(name)
-                params["lanes"].append(priority)
-                params["before_run_at"].append(run_at)
-                params["before_id"].append(job_id)
+        for name, priority, (run_at, job_id) in self.runtime.runners.looking():
+            params["queues"].append(name)
+            params["lanes"].append(priority)
+            params["before_run_at"].append(run_at)
+            params["before_id"].append(job_id)
         params["window"] = None if window is None else timedelta(seconds=window)
         return params
 
@@ -89,8 +69,8 @@ class LookBehind:
         if not params["queues"]:
             self._next[kind] = started + (WINDOW_LOOK_EVERY if kind == "window" else FULL_LOOK_EVERY)
             return 0
-        async with self.host.pool.connection() as conn:
-            cursor = await conn.execute(statements["find_jobs_behind"], params)
+        async with self.runtime.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["find_jobs_behind"], params)
             rows = await cursor.fetchall()
         took = time.monotonic() - started
         self.looks[kind] += 1
@@ -107,22 +87,20 @@ class LookBehind:
                 interval,
                 "a long transaction or an old snapshot is likely holding vacuum back (pg_stat_activity)",
             )
-        dispatchers = self.host.dispatchers
-        for queue, priority, run_at, job_id in rows:
-            dispatcher = dispatchers.get(queue)
-            if dispatcher is not None:
-                logger.debug("job behind the cursor queue=%s priority=%s job_id=%s", queue, priority, job_id)
-                dispatcher.found_behind(int(priority), (run_at, int(job_id)))
+        runners = self.runtime.runners
+        for row in rows:
+            logger.debug("job behind the cursor queue=%s priority=%s job_id=%s", row["queue"], row["lane"], row["id"])
+            runners.found_behind(row["queue"], int(row["lane"]), (row["run_at"], int(row["id"])))
         self.found += len(rows)
         return len(rows)
 
     async def run(self) -> None:
-        host = self.host
-        while not host.stopping:
+        stop = self.runtime.stop
+        while not stop.stopping:
             kind = "full" if self._next["full"] <= self._next["window"] else "window"
             wait = self._next[kind] - time.monotonic()
             if wait > 0:
-                await host.sleep(wait)
+                await stop.sleep(wait)
                 continue
             try:
                 await self.look_once(kind)

@@ -16,25 +16,26 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow, dict_row
 
 from awa_django.conf import awa_settings
 from awa_django.observability.joblog import log_job
-from awa_django.observability.sink import MetricsSink
 from awa_django.sql import statements
-from awa_django.worker.capacity import CapacityHost, ClusterLeader
+from awa_django.states import JobState
+from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
+from awa_django.worker.runtime import Runtime
 from awa_django.worker.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LEADER_LOCK", "Maintenance", "MaintenanceHost", "retention"]
+__all__ = ["LEADER_LOCK", "Maintenance", "retention"]
 
 BATCH = 1000
 CLUSTER_PLAN_EVERY = 0.2  # seconds between the leader's rounds while workers are in cluster scope
@@ -46,36 +47,30 @@ MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule i
 RESCUE_COST_FACTOR = 20.0
 
 
-class MaintenanceHost(CapacityHost, Protocol):
-    """What the maintenance loop needs from the worker: the cluster capacity door (the leader plans
-    every worker's caps), this worker's identity for the election, and the metrics sink."""
-
-    instance_id: uuid.UUID
-    metrics: MetricsSink
-
-
-def retention(config: WorkerConfig) -> dict[str, timedelta]:
+def retention(config: WorkerConfig) -> dict[JobState, timedelta]:
     """How long finished jobs are kept, per final state."""
     return {
-        "completed": timedelta(seconds=config.completed_retention),
-        "failed": timedelta(seconds=config.failed_retention),
-        "cancelled": timedelta(seconds=config.failed_retention),
+        JobState.COMPLETED: timedelta(seconds=config.completed_retention),
+        JobState.FAILED: timedelta(seconds=config.failed_retention),
+        JobState.CANCELLED: timedelta(seconds=config.failed_retention),
     }
 
 
 class Maintenance:
-    def __init__(self, worker: MaintenanceHost) -> None:
-        self.worker = worker
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
         self._last_retention = -math.inf  # the first round sweeps
         self._rescue_at = -math.inf  # the first round rescues
         self.rounds = 0
-        self.cluster = ClusterLeader(worker)
+        self.cluster = ClusterLeader(runtime)
         self.scheduler = Scheduler()
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
         self.election: Election = election_for(
-            worker.instance_id, worker.config.heartbeat_staleness, transaction_pooler=awa_settings().transaction_pooler
+            runtime.identity.instance_id,
+            runtime.config.heartbeat_staleness,
+            transaction_pooler=awa_settings().transaction_pooler,
         )
 
     async def close(self) -> None:
@@ -93,18 +88,18 @@ class Maintenance:
         self.is_leader = False
 
     async def run(self) -> None:
-        worker = self.worker
+        runtime = self.runtime
         backoff = Backoff()
-        while not worker.stopping:
+        while not runtime.stop.stopping:
             try:
                 if self.conn is None or self.conn.closed:
                     self.is_leader = False
                     self.election.connection_lost()
-                    self.conn = await connect(worker.config.database_alias, purpose="maintenance")
+                    self.conn = await connect(runtime.config.database_alias, purpose="maintenance")
                 was_leader = self.is_leader
                 self.is_leader = await self.election.campaign(self.conn)
                 if self.is_leader and not was_leader:
-                    logger.info("this worker is now the maintenance leader instance=%s", worker.instance_id)
+                    logger.info("this worker is now the maintenance leader instance=%s", runtime.identity.instance_id)
                 if self.is_leader:
                     try:
                         await self.run_once(self.conn)
@@ -115,17 +110,17 @@ class Maintenance:
                         # try again next round; the worker's jobs keep running meanwhile.
                         logger.error("maintenance round failed: %r", exc, exc_info=exc)
                 backoff.reset()
-                await worker.sleep(self._round_delay())
+                await runtime.stop.sleep(self._round_delay())
             except TRANSIENT_ERRORS as exc:
                 if self.is_leader:
                     logger.warning("maintenance leader lost its connection: %r", exc)
                 await self.close()
-                await worker.sleep(backoff.next())
+                await runtime.stop.sleep(backoff.next())
 
     def _round_delay(self) -> float:
         """The maintenance interval, shortened to when the next schedule slot is due (so a
         per-second schedule fires on time) but never below MIN_SLEEP."""
-        interval = self.worker.config.maintenance_interval
+        interval = self.runtime.config.maintenance_interval
         if self.is_leader and self.cluster.last_plan is not None:
             # Workers in capacity scope "cluster" wait for the leader's caps (a new worker has
             # none): plan them more often than the rest of the leader's work needs.
@@ -134,21 +129,22 @@ class Maintenance:
             return interval
         return max(MIN_SLEEP, min(interval, self._next_fire - time.monotonic()))
 
-    async def _rescue(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+    async def _rescue(self, conn: psycopg.AsyncConnection[Any]) -> list[DictRow]:
         """One batch of rescue_stale_jobs, unless the last one was expensive and recent."""
         started = time.monotonic()
         if started < self._rescue_at:
             return []
-        staleness = timedelta(seconds=self.worker.config.heartbeat_staleness)
-        cursor = await conn.execute(statements["rescue_stale_jobs"], {"staleness": staleness, "limit": BATCH})
-        rescued = await cursor.fetchall()
+        staleness = timedelta(seconds=self.runtime.config.heartbeat_staleness)
+        async with conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["rescue_stale_jobs"], {"staleness": staleness, "limit": BATCH})
+            rescued = await cursor.fetchall()
         took = time.monotonic() - started
         self._rescue_at = started + RESCUE_COST_FACTOR * took
         return rescued
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         """One round of the leader's duties; returns counts of what it did."""
-        worker = self.worker
+        runtime = self.runtime
         done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0, "deleted": 0}
         # Schedules first: their jobs are due now, and a round's other duties can take a while.
         self._next_fire = None
@@ -157,8 +153,9 @@ class Maintenance:
         if due_in is not None:
             self._next_fire = time.monotonic() + due_in
         while True:
-            cursor = await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
-            promoted = sum(row[1] for row in await cursor.fetchall())
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["promote_due_jobs"], {"limit": BATCH})
+                promoted = sum(row["n"] for row in await cursor.fetchall())
             done["promoted"] += promoted
             if promoted < BATCH:
                 break
@@ -168,17 +165,23 @@ class Maintenance:
             logger.warning(
                 "rescued %d running job(s) with a stale heartbeat or a passed deadline: ids=%s",
                 len(rescued),
-                [r[0] for r in rescued][:20],
+                [row["id"] for row in rescued][:20],
             )
-            for job_id, state, kind, queue, attempt, reason in rescued:
-                worker.metrics.job_finished(queue, kind, "rescued", None)
+            for row in rescued:
+                runtime.metrics.job_finished(row["queue"], row["kind"], "rescued", None)
                 log_job(
-                    "rescued", job_id=job_id, kind=kind, queue=queue, attempt=attempt, error=reason, note=f"now {state}"
+                    "rescued",
+                    job_id=row["id"],
+                    kind=row["kind"],
+                    queue=row["queue"],
+                    attempt=row["attempt"],
+                    error=row["reason"],
+                    note=f"now {row['state']}",
                 )
             await conn.execute(statements["promote_due_jobs"], {"limit": BATCH})
         # Cluster capacity: after the rescue, so a dead worker's jobs and its part go together.
         await self.cluster.plan_once(conn)
-        for queue in worker.config.queues.values():
+        for queue in runtime.config.queues.values():
             if queue.priority_aging:
                 cursor = await conn.execute(
                     statements["age_priorities"],
@@ -188,11 +191,11 @@ class Maintenance:
         now = time.monotonic()
         if now - self._last_retention >= RETENTION_EVERY:
             self._last_retention = now
-            for state, older_than in retention(worker.config).items():
+            for state, older_than in retention(runtime.config).items():
                 while True:
                     cursor = await conn.execute(
                         statements["delete_finished_jobs"],
-                        {"state": state, "older_than": older_than, "limit": BATCH},
+                        {"state": state.value, "older_than": older_than, "limit": BATCH},
                     )
                     done["deleted"] += cursor.rowcount
                     if cursor.rowcount < BATCH:
@@ -200,7 +203,7 @@ class Maintenance:
                     await asyncio.sleep(0)
             await conn.execute(
                 statements["delete_stale_worker_instances"],
-                {"older_than": timedelta(seconds=max(worker.config.heartbeat_staleness, 30.0))},
+                {"older_than": timedelta(seconds=max(runtime.config.heartbeat_staleness, 30.0))},
             )
         self.rounds += 1
         return done

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from awa_django.cron import CATCH_UP, parse
 from awa_django.exceptions import InvalidScheduleError
@@ -81,9 +82,14 @@ class Scheduler:
 
     async def fire_due(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Fire every due schedule slot; return how many jobs were inserted."""
-        cursor = await conn.execute(statements["read_due_schedules"], {"limit": BATCH})
+        async with conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["read_due_schedules"], {"limit": BATCH})
+            due = await cursor.fetchall()
         inserted = 0
-        for schedule_id, name, cron, tz, missed, limit, next_fire_at, last_fire_at, now in await cursor.fetchall():
+        for row in due:
+            schedule_id, name, cron, tz = row["id"], row["name"], row["cron"], row["timezone"]
+            missed, limit, now = row["missed"], row["catch_up_limit"], row["db_now"]
+            next_fire_at, last_fire_at = row["next_fire_at"], row["last_fire_at"]
             try:
                 plan = plan_fire(name, cron, tz, missed, limit, next_fire_at, now)
             except InvalidScheduleError as exc:
@@ -91,11 +97,12 @@ class Scheduler:
                     self._reported.add((schedule_id, cron, tz))
                     logger.error("schedule not fired: %s; fix it in the Schedule admin schedule=%s", exc, name)
                 continue
-            result = await conn.execute(
-                statements["fire_schedule"], fire_params(schedule_id, name, last_fire_at, next_fire_at, plan)
-            )
-            row = await result.fetchone()
-            advanced, job_ids = (row[0], row[1]) if row else (0, [])
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(
+                    statements["fire_schedule"], fire_params(schedule_id, name, last_fire_at, next_fire_at, plan)
+                )
+                fired = await cursor.fetchone()
+            advanced, job_ids = (fired["advanced"], fired["job_ids"]) if fired else (0, [])
             inserted += len(job_ids)
             if not advanced:
                 logger.info("schedule changed or fired by another leader; not fired schedule=%s", name)

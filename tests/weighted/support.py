@@ -179,7 +179,7 @@ class Sampler:
     def _probe(self) -> Sample:
         worker = self.probe_worker
         assert worker is not None
-        loop = worker._loop  # set by Worker.run() before the worker is ready
+        loop = worker.loop  # set by Worker.run() before the worker is ready
         assert loop is not None
         future: concurrent.futures.Future[Sample] = concurrent.futures.Future()
 

@@ -12,6 +12,7 @@ exactly once.
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -47,6 +48,11 @@ def run(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(statements[name], params)
         return list(cursor.fetchall()) if cursor.description else []
+
+
+def claimed_rows(rows: list[tuple[Any, ...]]) -> list[SimpleNamespace]:
+    """What the lane cursors read of claim_jobs rows (id, priority, run_at), by name."""
+    return [SimpleNamespace(id=row[0], priority=row[7], run_at=row[9]) for row in rows]
 
 
 def available_ids() -> list[int]:
@@ -118,7 +124,7 @@ class History:
         got = [row[0] for row in rows]
         # The set matters (RETURNING's order is the join's, not the claim order).
         assert sorted(got) == sorted(want), f"claim with {params} returned {got}, expected {want}"
-        self.lanes.advance(rows, params)
+        self.lanes.advance(claimed_rows(rows), params)
         self.claims.extend(got)
         self.running.extend((row[0], row[6]) for row in rows)
         return got
@@ -298,7 +304,7 @@ def test_old_snapshot__claim_and_backlog_probe_touch_only_what_lies_past_the_cur
         while True:
             params = {"queue": QUEUE, "limit": 250, "deadline": None, **lanes.params()}
             rows = run("claim_jobs", params)
-            lanes.advance(rows, params)
+            lanes.advance(claimed_rows(rows), params)
             claimed += len(rows)
             if not rows:
                 break

@@ -36,7 +36,7 @@ def test_worker__1000_jobs_over_3_queues__each_completes_exactly_once() -> None:
     assert set(Job.objects.values_list("attempt", flat=True)) == {1}
     assert Job.objects.filter(finalized_at__isnull=True).count() == 0
     assert Counter(Job.objects.values_list("queue", flat=True)) == {"alpha": 334, "beta": 333, "gamma": 333}
-    assert {name: d.claimed_total for name, d in worker.dispatchers.items()} == {
+    assert {name: r.claimed_total for name, r in worker.runners.items()} == {
         "alpha": 334,
         "beta": 333,
         "gamma": 333,

@@ -1,6 +1,6 @@
 """The worker's modules import each other in one direction only: no circles, not even through
-``if TYPE_CHECKING:`` blocks or imports inside functions (each part that needs the supervisor
-meets it through a Protocol defined where it is needed, not by importing ``Worker``).
+``if TYPE_CHECKING:`` blocks or imports inside functions (each part the supervisor owns receives
+the ``Runtime`` context, never the ``Worker``).
 
 The graph is read from the source with ``ast``, so the test sees every import, whichever branch
 or function it sits in, without executing anything.
@@ -38,7 +38,7 @@ def test_worker_modules__import_each_other_without_circles() -> None:
 
 def test_worker_modules__no_part_imports_the_supervisor() -> None:
     # Only the package's lazy door (awa_django.worker.Worker) names the supervisor; every part it
-    # owns meets it through a Protocol.
+    # owns receives the Runtime.
     graph = import_graph()
     importers = sorted(name for name, edges in graph.items() if "awa_django.worker.supervisor" in edges)
     assert importers == ["awa_django.worker"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from awa_django.worker.context import ClaimedJob
 from awa_django.worker.lanes import LANES, LaneCursors
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -15,9 +16,20 @@ def at(seconds: int) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def claimed(job_id: int, priority: int, seconds: int) -> tuple[Any, ...]:
-    """A claim_jobs row: id, kind, queue, args, attempt, max_attempts, run_lease, priority, metadata, run_at."""
-    return (job_id, "k", "q", {}, 1, 25, 1, priority, {}, at(seconds))
+def claimed(job_id: int, priority: int, seconds: int) -> ClaimedJob:
+    """A claim_jobs row."""
+    return ClaimedJob(
+        id=job_id,
+        kind="k",
+        queue="q",
+        args={},
+        attempt=1,
+        max_attempts=25,
+        run_lease=1,
+        priority=priority,
+        metadata={},
+        run_at=at(seconds),
+    )
 
 
 def params(lanes: LaneCursors, limit: int = 10) -> dict[str, Any]:

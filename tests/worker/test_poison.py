@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from awa_django.models import Job
+from awa_django.states import JobState
 from awa_django.worker.completer import Completer
 from awa_django.worker.context import COMPLETED, ClaimedJob, Outcome
 from awa_django.worker.db import make_pool
@@ -127,8 +128,8 @@ def test_completer__batch_refused_by_the_database__split_until_the_poison_row_fa
     jobs = _running_rows(13)
     poison = jobs[poisoned_at]
     # Past every check: a result the database refuses (JSON-escaped NUL), as a bug might submit.
-    refused = Outcome("completed", result=json.dumps({"data": "a\x00b"}))
-    failing = Outcome("retryable", delay=0.0, error={"error": "ordinary failure", "attempt": 1, "at": "now"})
+    refused = Outcome(JobState.COMPLETED, result=json.dumps({"data": "a\x00b"}))
+    failing = Outcome(JobState.RETRYABLE, delay=0.0, error={"error": "ordinary failure", "attempt": 1, "at": "now"})
 
     async def scenario() -> list[bool]:
         pool = make_pool("default", 2)

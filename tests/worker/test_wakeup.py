@@ -31,7 +31,7 @@ def test_wakeup__idle_worker_with_60s_poll_interval__runs_a_new_job_on_notify(mo
     with running_worker(make_config(["wake"], poll_interval=60.0)) as worker:
         # Idle: LISTEN is up, the probe that follows it found nothing, and the dispatcher sleeps
         # until told (the next probe is 60 s away).
-        dispatcher = worker.dispatchers["wake"]
+        dispatcher = worker.runners["wake"]
         wait_until(
             lambda: worker.listening and not worker.probe.now.is_set() and not dispatcher.hungry,
             what="an idle, listening dispatcher",

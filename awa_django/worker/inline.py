@@ -1,0 +1,136 @@
+"""Claim, run and write one attempt in-process, on Django's own connection, with the worker's parts.
+
+A worker claims on its psycopg pool and runs ``def`` handlers in a thread pool; neither could see
+rows that only exist inside a test's transaction. Here the same steps run on the caller's Django
+connection instead: the claim is ``claim_due_jobs`` (claim_jobs' UPDATE: running, attempt + 1,
+run_lease + 1), the handler runs through the worker's ``Executor`` (so a return, an exception,
+``Snooze``, ``RetryAfter``, ``Cancel``, ``TerminalError`` or an unknown kind map to the same
+``Outcome``), and the outcome is written by the statements ``writes.outcome_writes`` builds for the
+worker's batch writer. Nothing here restates a state rule.
+
+``async def`` handlers run on an event loop started by ``async_to_sync``; their thread-sensitive
+``sync_to_async`` calls (Django's async ORM among them) come back to the calling thread, and
+``def`` handlers run in the calling thread itself: both use the caller's connection and see its
+transaction. There is no deadline and no heartbeat: nothing else is running to rescue the job.
+
+Used by immediate mode and ``run_jobs`` (``awa_django.inline``, ``awa_django.testing``), and
+imported only by them, when a job runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connections
+
+from awa_django.inline import JobRun, running_here
+from awa_django.registry import JobHandler, Registry, registry
+from awa_django.sql import statements
+from awa_django.worker.context import ClaimedJob, JobContext, Outcome
+from awa_django.worker.executor import Executor
+from awa_django.worker.writes import Written, outcome_writes
+
+# The immediate-mode and run_jobs messages are the inline door's, whichever module writes them.
+logger = logging.getLogger("awa_django.inline")
+
+
+class InlineExecutor(Executor):
+    """The worker's Executor, with ``def`` handlers run in the calling thread, not a thread pool.
+
+    ``sync_to_async(thread_sensitive=True)`` under ``async_to_sync`` runs in the thread that called
+    ``async_to_sync``: the caller's, with its Django connection and open transaction. Unlike the
+    worker's ``_call_sync``, connections are not closed around the call: it is the caller's.
+    """
+
+    def __init__(self, handlers: Registry) -> None:
+        super().__init__(handlers, sync_threads=1)
+
+    async def _run_sync(
+        self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+    ) -> Any:
+        call: Callable[[], Any]
+        call = partial(handler.func, context, **args) if handler.takes_context else partial(handler.func, **args)
+        running = sync_to_async(call, thread_sensitive=True)()
+        return await (running if deadline is None else asyncio.wait_for(running, deadline))
+
+
+def _loads(value: Any) -> Any:
+    """A jsonb column as read through Django's cursor (which leaves jsonb as text)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _claimed_jobs(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
+    """claim_due_jobs' rows, decoded by column name (Django's cursor has no row factory)."""
+    jobs = []
+    for values in rows:
+        row = dict(zip(names, values, strict=True))
+        row["args"], row["metadata"] = _loads(row["args"]), _loads(row["metadata"])
+        jobs.append(ClaimedJob(**row))
+    return jobs
+
+
+def claim(
+    alias: str,
+    *,
+    now: datetime,
+    limit: int,
+    ids: Sequence[int] | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` jobs due by ``now`` on Django's connection ``alias`` (see claim_due_jobs)."""
+    params = {"ids": None if ids is None else list(ids), "queue": queue, "kind": kind, "now": now, "limit": limit}
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["claim_due_jobs"], params)
+        jobs = _claimed_jobs([column.name for column in cursor.description], cursor.fetchall())
+    return sorted(jobs, key=lambda job: (job.priority, job.id))
+
+
+def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -> JobRun:
+    """Run one claimed attempt through the worker's Executor and write its outcome, like a worker."""
+    executor = InlineExecutor(handlers or registry)
+    context = JobContext(job)
+    try:
+        with running_here():
+            outcome = async_to_sync(executor.execute)(job, context, None)
+    finally:
+        executor.shutdown()
+    context.finishing = True
+    written = write_outcome(alias, job, outcome, context.progress_json)
+    if not written:  # only a concurrent writer could have changed the row: say so, never hide it
+        logger.warning(
+            "in-process attempt lost before its result was written job_id=%s kind=%s attempt=%s run_lease=%s",
+            job.id,
+            job.kind,
+            job.attempt,
+            job.run_lease,
+        )
+    return JobRun(
+        job_id=job.id,
+        kind=job.kind,
+        queue=job.queue,
+        args=job.args,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        state=outcome.state,
+        error=outcome.error,
+        result=None if outcome.result is None else json.loads(outcome.result),
+    )
+
+
+def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
+    """Write one attempt's outcome (``progress`` as JSON text, None keeps the stored one) with the
+    statements the worker's batch writer would run for it; False if the row was not written."""
+    written = False
+    with connections[alias].cursor() as cursor:
+        for name, params in outcome_writes([Written(job, outcome, progress)]):
+            cursor.execute(statements[name], params)
+            written = written or cursor.fetchone() is not None
+    return written

@@ -1,0 +1,520 @@
+"""One queue's runner: the whole claim life of its queue, and ``Runners``, the queues' runners together.
+
+A ``QueueRunner`` owns its queue's permits-to-claim path end to end: the rate bucket, the lane
+cursors, the claim, the writer's hand-over claim and its adoption, and the verdict of the
+backlog probe. Every rule of that life is written once, in one method:
+
+- ``_ran_dry``: the queue has no due job left: it stops asking for permits (stops contending)
+  until a NOTIFY, the backlog probe or a settings change nudges it;
+- ``_give_back``: permits a claim did not fill go back, and so do their rate tokens;
+- ``plan_hand_over`` / ``adopt``: the permits of finished jobs the writer may pass straight to
+  this queue's next jobs, and what becomes of them once that claim returned;
+- ``found_behind``: a lane rewind (``lanes.LaneCursors``): the look-behind saw a due job behind
+  a lane's cursor, so the next claim goes back for it.
+
+Other modules ask a runner, through ``Runners`` (by queue name), and never write its state.
+
+A runner asks for permits only while its queue is believed to have backlog (``hungry``) and has
+rate tokens, so what the allocator records as demand means "could use a slot now". An idle runner
+issues no query: it sleeps until a NOTIFY for its queue, the backlog probe (one query per poll
+interval for every idle queue), a settings change, or a freed permit the allocator says it may take.
+
+``poll_once`` follows the six phases of docs/design.md ("Claiming and dispatching"):
+
+1. pre-acquire permits without blocking (hard slots; or local min_workers slots, then overflow);
+2. apply the queue's rate limit by taking no more permits than it has tokens;
+3. claim at most that many jobs from the database;
+4. give back the permits the database did not fill (``_give_back``);
+5. if the claim came back short, the queue ran dry (``_ran_dry``);
+6. start each job with exactly one permit, released when its attempt ends, after its final
+   state is written: a row marked running always holds a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
+from awa_django.sql import statements
+from awa_django.worker.completer import HandOverClaim
+from awa_django.worker.config import QueueConfig, WorkerConfig
+from awa_django.worker.context import ClaimedJob, claimed_job_row
+from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
+from awa_django.worker.lanes import Key, LaneCursors
+from awa_django.worker.stop import Stop
+
+logger = logging.getLogger(__name__)
+
+# Starts a claimed job's attempt on its permit, with the queue's deadline (attempts.Attempts.start).
+StartAttempt = Callable[[ClaimedJob, Permit, "float | None"], None]
+Spawn = Callable[[str, Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+class QueueRunner:
+    """One queue's claim loop and the state it keeps; see the module docstring for its rules."""
+
+    def __init__(self, runners: Runners, config: QueueConfig) -> None:
+        self._runners = runners
+        self._config = config
+        self._bucket: TokenBucket | None = None
+        self._wake = asyncio.Event()
+        # True while the queue is believed to have backlog: after a claim that filled every permit,
+        # a NOTIFY, the backlog probe (which runs first thing at start), or a settings change
+        # (``nudge``). Only then does it ask for permits, so an empty queue never contends.
+        self._hungry = False
+        self._nudges = 0  # counts nudges, so a verdict taken before one does not overrule it
+        self._polling = False
+        self._claimed = 0
+        # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
+        self._lanes = LaneCursors()
+        self._hand_over_out: dict[str, Any] | None = None  # the hand-over claim's parameters, until it answers
+        self._configure(config)
+
+    # --- what others may read ---------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @property
+    def config(self) -> QueueConfig:
+        return self._config
+
+    @property
+    def hungry(self) -> bool:
+        return self._hungry
+
+    @property
+    def claimed_total(self) -> int:
+        """Jobs this runner has claimed, by its own claims and by hand-over."""
+        return self._claimed
+
+    @property
+    def lane_cursors(self) -> list[Key | None]:
+        """Every lane's cursor, lane 1 first (None: the lane's front)."""
+        return self._lanes.cursors()
+
+    @property
+    def rewinds(self) -> int:
+        return self._lanes.rewinds
+
+    @property
+    def wanted(self) -> int:
+        """How many permits to ask for: the most this queue could ever run at once here."""
+        runners = self._runners
+        if runners.capacity_scope == "cluster":  # the leader's cap decides how many it gets
+            return max(self._config.max_workers, runners.global_max_workers or 0)
+        if runners.allocator.global_max_workers is None:
+            return self._config.max_workers
+        return runners.allocator.global_max_workers
+
+    # --- what others may ask -------------------------------------------------------------
+
+    def nudge(self) -> None:
+        """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""
+        self._nudges += 1
+        self._hungry = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Look again now (a permit it may take came back, or the worker is stopping)."""
+        self._wake.set()
+
+    def apply(self, config: QueueConfig) -> None:
+        """Take a new configuration of this queue (the allocator is reconfigured separately);
+        it may have been unpaused, so look for jobs."""
+        self._configure(config)
+        self.nudge()
+
+    def set_rate_share(self, rate: float) -> None:
+        """Scope "cluster": this worker's part of the queue's rate limit, as the leader split it."""
+        config = self._config
+        if config.rate_limit is None or self._bucket is None:
+            return
+        share = max(rate, 0.01)  # a worker with no part gets no cap either; keep the bucket valid
+        burst = max(1, math.ceil(config.rate_burst * share / config.rate_limit)) if config.rate_burst else 0
+        if abs(self._bucket.max_rate - share) > 1e-9:
+            self._bucket.reconfigure(share, burst, now=time.monotonic())
+
+    def demand(self) -> int:
+        """What it asks of the cluster: ``wanted`` while it has backlog and is not paused, else 0."""
+        return self.wanted if self._hungry and not self._config.paused else 0
+
+    def probe_seen(self) -> int | None:
+        """The nudge count the backlog probe's verdict will be judged against, or None when the
+        probe should not look at this queue (paused, or its own claim is under way)."""
+        return None if self._config.paused or self._polling else self._nudges
+
+    def backlog_verdict(self, ready: bool, seen: int) -> None:
+        """The backlog probe's answer for this queue, asked when its nudge count was ``seen``:
+        wake it if it has due jobs and sleeps; if it has none but believes it has, it ran dry
+        (another worker took the jobs a NOTIFY announced), unless it holds permits (its jobs'
+        hand-over will tell)."""
+        if self._polling or self._nudges != seen:
+            return  # it looked, or was told of new jobs, after the query: it knows better
+        if ready:
+            if not self._hungry:
+                logger.debug("backlog probe wakes queue=%s", self.name)
+                self.nudge()
+        elif (
+            self._hungry
+            and self._runners.allocator.serves(self.name)
+            and not self._runners.allocator.in_flight(self.name)
+        ):
+            self._ran_dry(seen)
+
+    def found_behind(self, priority: int, key: Key) -> None:
+        """Lane rewind: the look-behind saw a due job behind this lane's cursor, so the next claim
+        (its own or a hand-over) starts the lane just before it."""
+        if self._lanes.found_behind(priority, key):
+            self.nudge()
+
+    def looking(self) -> list[tuple[int, Key]]:
+        """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
+        return self._lanes.looking()
+
+    # --- the hand-over (the writer passes permits straight to the next jobs) ---------------
+
+    def plan_hand_over(self, permits: list[Permit], now: float) -> HandOverClaim | None:
+        """Which of these freed permits this queue keeps for its next jobs (within the allocator's
+        rules and its rate tokens), and the claim to fill them; None: they all go back."""
+        if self._config.paused or not self._hungry:
+            return None  # an idle or paused queue: nothing to claim
+        kept = self._runners.allocator.keepable(self.name, permits)
+        if self._bucket is not None and kept:
+            kept = kept[: self._bucket.take(len(kept), now)]
+        if not kept:
+            return None
+        if self._hand_over_out is not None:  # never answered: its rewinds must not be lost
+            self._lanes.claim_failed(self._hand_over_out)
+        params = self._claim_params(len(kept))
+        self._hand_over_out = params
+        return HandOverClaim(kept, params)
+
+    def adopt(self, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+        """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was
+        refused): start them on the claim's permits, give back the rest."""
+        params, self._hand_over_out = self._hand_over_out, None
+        if params is not None:
+            if claim_ran:
+                self._lanes.advance(jobs, params)
+            else:
+                self._lanes.claim_failed(params)
+        self._start(jobs, claim.permits)
+        unfilled = claim.permits[len(jobs) :]
+        if not unfilled:
+            return
+        self._give_back(unfilled)
+        if not claim_ran:
+            self.nudge()  # the claim never ran: the queue may still have jobs, let it claim itself
+        else:
+            self._ran_dry(params["nudges"] if params is not None else self._nudges)
+
+    # --- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        stop = self._runners.stop
+        while not stop.stopping:
+            self._wake.clear()
+            timeout: float | None
+            try:
+                timeout = await self.poll_once()
+                backoff.reset()
+            except TRANSIENT_ERRORS as exc:
+                delay = backoff.next()
+                logger.warning("claim failed queue=%s retrying_in=%.2fs error=%r", self.name, delay, exc)
+                timeout = delay
+            if timeout == 0:
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def poll_once(self) -> float | None:
+        """One round of the six phases; returns how long to wait before the next: 0 = at once,
+        None = until woken (by a NOTIFY, the backlog probe, or a permit it may now take)."""
+        self._polling = True
+        try:
+            return await self._poll()
+        finally:
+            self._polling = False
+
+    async def _poll(self) -> float | None:
+        allocator = self._runners.allocator
+        if self._config.paused:
+            self._hungry = False
+            self._stand_down()
+            return None
+        if not self._hungry:
+            return None
+        # A queue without rate tokens cannot use a slot now: it does not contend meanwhile.
+        now = time.monotonic()
+        wanted = self.wanted
+        if self._bucket is not None:
+            tokens = self._bucket.available(now)
+            if tokens == 0:
+                self._stand_down()
+                return max(self._bucket.seconds_until(1, now), 0.001)
+            wanted = min(wanted, tokens)
+        # 1. pre-acquire, never blocking; refused, the queue's demand is recorded and the
+        #    allocator names it among the waiting when a permit it may take comes back.
+        permits = allocator.try_acquire(self.name, wanted)
+        if not permits:
+            return None
+        # 2. the rate limit: no more permits than tokens were asked for, so take them all.
+        if self._bucket is not None:
+            self._bucket.take(len(permits), now)
+        # 3. claim at most that many rows.
+        seen = self._nudges
+        try:
+            jobs = await self._claim(len(permits))
+        except BaseException:
+            self._give_back(permits)
+            raise
+        # 4. and 5. what the database did not fill goes back, and the queue ran dry.
+        if len(jobs) < len(permits):
+            self._give_back(permits[len(jobs) :])
+            self._ran_dry(seen, own_claim=True)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "claimed queue=%s asked=%d claimed=%d ids=%s",
+                self.name,
+                len(permits),
+                len(jobs),
+                ",".join(str(job.id) for job in jobs[:20]),
+            )
+        # 6. start each job with exactly one permit.
+        self._start(jobs, permits)
+        return 0 if self._hungry else None
+
+    async def _claim(self, limit: int) -> list[ClaimedJob]:
+        params = self._claim_params(limit)
+        try:
+            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=claimed_job_row) as cur:
+                await cur.execute(statements["claim_jobs"], params)
+                jobs = await cur.fetchall()
+        except BaseException:
+            self._lanes.claim_failed(params)
+            raise
+        self._lanes.advance(jobs, params)
+        return jobs
+
+    # --- the rules, each written once -------------------------------------------------------
+
+    def _ran_dry(self, seen: int, *, own_claim: bool = False) -> None:
+        """The queue had no more due jobs, by a look taken when the nudge count was ``seen``: it
+        stops contending, unless it was nudged since (new jobs may have come) or, for a look other
+        than its own claim, its own claim is under way (that claim decides)."""
+        if self._nudges != seen or (self._polling and not own_claim):
+            return
+        self._hungry = False
+        self._stand_down()
+
+    def _give_back(self, permits: Sequence[Permit]) -> None:
+        """Permits no job of this queue will use: released (each release wakes only who may take
+        it), and their rate tokens refunded, since no job was started with them."""
+        release_all(permits)
+        if self._bucket is not None and permits:
+            self._bucket.refund(len(permits))
+
+    def _stand_down(self) -> None:
+        """This queue cannot use a slot now: clear its demand, and wake those who now can."""
+        self._runners.allocator.clear_demand(self.name)
+        self._runners.wake_waiting()
+
+    def _start(self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit]) -> None:
+        self._claimed += len(jobs)
+        start, deadline = self._runners.start_attempt, self._config.deadline
+        for job, permit in zip(jobs, permits, strict=False):
+            start(job, permit, deadline)
+
+    def _claim_params(self, limit: int) -> dict[str, Any]:
+        deadline = None if self._config.deadline is None else timedelta(seconds=self._config.deadline)
+        return {
+            "queue": self.name,
+            "limit": limit,
+            "deadline": deadline,
+            "nudges": self._nudges,
+            **self._lanes.params(),
+        }
+
+    def _configure(self, config: QueueConfig) -> None:
+        self._config = config
+        if config.rate_limit is None:
+            self._bucket = None
+        elif self._bucket is None:
+            self._bucket = TokenBucket(config.rate_limit, config.rate_burst, queue=config.name)
+        else:
+            self._bucket.reconfigure(config.rate_limit, config.rate_burst, now=time.monotonic())
+
+
+class Runners(Mapping[str, QueueRunner]):
+    """This worker's queue runners by name, and what they share: the allocator, the pool, the stop.
+
+    The other parts of the worker reach a queue through these methods, by name. It is also the
+    writer's ``HandOver``: it splits the freed permits by queue and lets each runner decide.
+    """
+
+    def __init__(self, config: WorkerConfig, allocator: Allocator, pool: AsyncConnectionPool, stop: Stop) -> None:
+        self.allocator = allocator
+        self.pool = pool
+        self.stop = stop
+        self.capacity_scope = config.capacity_scope
+        self.global_max_workers = config.global_max_workers
+        self._runners: dict[str, QueueRunner] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._spawn: Spawn | None = None
+        self._start_attempt: StartAttempt | None = None
+        self._wake_scheduled = False
+        allocator.on_release = self._on_release
+
+    def open(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, start_attempt: StartAttempt) -> None:
+        """Bind to the running loop: where runner tasks are spawned and claimed jobs start."""
+        self._loop, self._spawn, self._start_attempt = loop, spawn, start_attempt
+
+    def start_attempt(self, job: ClaimedJob, permit: Permit, deadline: float | None) -> None:
+        assert self._start_attempt is not None, "Runners.open() first"
+        self._start_attempt(job, permit, deadline)
+
+    # Mapping: read access for the supervisor's views and for tests.
+    def __getitem__(self, name: str) -> QueueRunner:
+        return self._runners[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._runners)
+
+    def __len__(self) -> int:
+        return len(self._runners)
+
+    def serve(self, config: QueueConfig) -> QueueRunner:
+        """Start a runner for a queue not served before (its task is ``awa-runner-<queue>``)."""
+        assert self._spawn is not None, "Runners.open() first"
+        runner = QueueRunner(self, config)
+        self._runners[config.name] = runner
+        self._spawn(f"awa-runner-{config.name}", runner.run())
+        return runner
+
+    def apply(self, queues: Mapping[str, QueueConfig], *, serve_new: bool) -> None:
+        """New queue settings (already accepted by the allocator): each runner takes its own; a
+        queue without a runner gets one when ``serve_new``."""
+        for name, queue in queues.items():
+            runner = self._runners.get(name)
+            if runner is not None:
+                if runner.config != queue:
+                    logger.info("queue settings changed queue=%s %s", name, queue)
+                    runner.apply(queue)
+            elif serve_new:
+                logger.info("serving new queue queue=%s", name)
+                self.serve(queue).nudge()
+        self.wake_waiting()  # new weights or floors may let a waiting queue take a permit now
+
+    def wake_all(self) -> None:
+        for runner in self._runners.values():
+            runner.wake()
+
+    def nudge(self, queue: str) -> None:
+        runner = self._runners.get(queue)
+        if runner is not None:
+            runner.nudge()
+
+    def deadline(self, queue: str) -> float | None:
+        runner = self._runners.get(queue)
+        return runner.config.deadline if runner is not None else None
+
+    def paused(self, queue: str) -> bool:
+        runner = self._runners.get(queue)
+        return runner.config.paused if runner is not None else False
+
+    def probe_candidates(self) -> dict[str, int]:
+        """{queue: nudge count} of the queues the backlog probe should look at now."""
+        seen = {name: runner.probe_seen() for name, runner in self._runners.items()}
+        return {name: n for name, n in seen.items() if n is not None}
+
+    def backlog_verdict(self, queue: str, ready: bool, seen: int) -> None:
+        runner = self._runners.get(queue)
+        if runner is not None:
+            runner.backlog_verdict(ready, seen)
+
+    def lane_cursors(self, queue: str) -> list[Key | None]:
+        return self._runners[queue].lane_cursors
+
+    def looking(self) -> list[tuple[str, int, Key]]:
+        """(queue, priority, cursor) of every lane with a cursor, for the look-behind."""
+        return [(name, priority, key) for name, runner in self._runners.items() for priority, key in runner.looking()]
+
+    def found_behind(self, queue: str, priority: int, key: tuple[datetime, int]) -> None:
+        runner = self._runners.get(queue)
+        if runner is not None:
+            runner.found_behind(priority, key)
+
+    def queue_use(self) -> dict[str, tuple[int, int]]:
+        """{queue: (held, demand)} for capacity scope "cluster": demand only while the queue has
+        backlog and is not paused."""
+        allocator = self.allocator
+        return {
+            name: (allocator.in_flight(name), runner.demand())
+            for name, runner in self._runners.items()
+            if allocator.serves(name)
+        }
+
+    def apply_rate_shares(self, rates: Mapping[str, float]) -> None:
+        for name, runner in self._runners.items():
+            if name in rates:
+                runner.set_rate_share(rates[name])
+
+    def plan_hand_over(self, permits: Sequence[Permit]) -> dict[str, HandOverClaim]:
+        """completer.HandOver: per queue, the freed permits its runner keeps for its next jobs."""
+        if self.stop.stopping or not permits:
+            return {}
+        by_queue: dict[str, list[Permit]] = {}
+        for permit in permits:
+            by_queue.setdefault(permit.queue, []).append(permit)
+        plan: dict[str, HandOverClaim] = {}
+        now = time.monotonic()
+        for queue, mine in by_queue.items():
+            runner = self._runners.get(queue)
+            claim = runner.plan_hand_over(mine, now) if runner is not None else None
+            if claim is not None:
+                plan[queue] = claim
+        return plan
+
+    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+        """completer.HandOver: the hand-over claim of ``queue`` came back."""
+        runner = self._runners.get(queue)
+        if runner is not None:
+            runner.adopt(jobs, claim, claim_ran=claim_ran)
+            return
+        release_all(claim.permits[len(jobs) :])  # pragma: no cover - runners are never removed
+        for job, permit in zip(jobs, claim.permits, strict=False):
+            self.start_attempt(job, permit, None)
+
+    def wake_waiting(self) -> None:
+        """Wake, soon, the runners the allocator says a free permit would now be granted to (once
+        per loop turn, however many permits a batch gives back)."""
+        if self._wake_scheduled:
+            return
+        if self._loop is None:
+            self._wake_waiting_now()
+            return
+        self._wake_scheduled = True
+        self._loop.call_soon_threadsafe(self._wake_waiting_now)
+
+    def _on_release(self, queue: str) -> None:
+        self.wake_waiting()
+
+    def _wake_waiting_now(self) -> None:
+        self._wake_scheduled = False
+        for queue in self.allocator.waiting():
+            runner = self._runners.get(queue)
+            if runner is not None:
+                runner.wake()

@@ -1,0 +1,60 @@
+"""The worker's stop, as every loop sees it: graceful first, forced on a second request.
+
+The supervisor decides when to stop (``begin``, ``force``); every loop reads ``stopping`` and
+sleeps through ``sleep``, which gives way to the stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import Any
+
+
+class Stop:
+    def __init__(self) -> None:
+        self._stopping = False
+        self._forced = False
+        self._event = asyncio.Event()
+        self._forced_event = asyncio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        """No new claims: the worker is draining or closing."""
+        return self._stopping
+
+    @property
+    def forced(self) -> bool:
+        """A second stop request came: stop waiting for anything."""
+        return self._forced
+
+    def begin(self) -> None:
+        self._stopping = True
+        self._event.set()
+
+    def force(self) -> None:
+        self._stopping = self._forced = True
+        self._forced_event.set()
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, or less if the worker stops meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), seconds)
+
+    async def unless_forced(self, awaitable: Awaitable[Any]) -> bool:
+        """Await ``awaitable`` unless the stop is forced first; True if it finished."""
+        work = asyncio.ensure_future(awaitable)
+        forced = asyncio.ensure_future(self._forced_event.wait())
+        try:
+            await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+        if work.done():
+            return True
+        work.cancel()
+        return False
