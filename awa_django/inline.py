@@ -14,15 +14,15 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 from django.db import connections, transaction
 
 from awa_django.conf import awa_settings
+from awa_django.jobrun import JobRun as JobRun
+from awa_django.jobrun import running_here as running_here
+from awa_django.jobrun import running_inline as running_inline
 from awa_django.sql import statements
 from awa_django.states import JobState
 
@@ -30,49 +30,6 @@ logger = logging.getLogger(__name__)
 
 MAX_IMMEDIATE_CHAIN = 1000
 """Jobs one immediate-mode drain runs at most (a job enqueuing jobs without end stops here)."""
-
-_running_inline: ContextVar[bool] = ContextVar("awa_running_inline", default=False)
-
-
-def running_inline() -> bool:
-    """True while a handler runs in-process here (so on the caller's connection, not a worker's)."""
-    return _running_inline.get()
-
-
-@contextmanager
-def running_here() -> Iterator[None]:
-    """Mark the handler called inside as running in-process (``running_inline`` is then true)."""
-    token = _running_inline.set(True)
-    try:
-        yield
-    finally:
-        _running_inline.reset(token)
-
-
-@dataclass(frozen=True, slots=True)
-class JobRun:
-    """One attempt run in-process: the job as claimed, and how the attempt ended."""
-
-    job_id: int
-    kind: str
-    queue: str
-    args: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    state: JobState
-    """The state the attempt left the job in: completed, retryable, scheduled (snoozed), failed
-    or cancelled."""
-    error: dict[str, Any] | None
-    """The error entry appended to the job's ``errors`` (None when it completed or snoozed)."""
-    result: Any
-    """The handler's return value as stored (decoded JSON), None if it returned nothing."""
-
-    def __str__(self) -> str:
-        text = f"job {self.job_id} {self.kind!r} (queue {self.queue!r}) attempt {self.attempt}/{self.max_attempts}"
-        text += f" -> {self.state}"
-        if self.error is not None:
-            text += f": {self.error.get('error')}"
-        return text
 
 
 def database_now(alias: str) -> datetime:

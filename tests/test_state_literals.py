@@ -17,12 +17,7 @@ from awa_django.states import JobState
 from tests.import_graph import PACKAGE_DIR
 
 # Reshaped on other branches at the same time; the lead empties this when they merge.
-PENDING_ELSEWHERE = (
-    "awa_django/worker/",
-    "awa_django/inline.py",
-    "awa_django/testing/runner.py",
-    "awa_django/backends.py",
-)
+PENDING_ELSEWHERE = ("awa_django/backends.py",)
 
 # (file, the definition the constant sits in, value) -> what the word means there.
 NOT_STATES = {
@@ -34,6 +29,8 @@ NOT_STATES = {
         "QueueCapacity.from_snapshot",
         "available",
     ): "a capacity snapshot's free permits",
+    ("awa_django/worker/snapshot.py", "QueueSnapshot.to_json", "available"): "a queue snapshot's free permits",
+    ("awa_django/worker/snapshot.py", "QueueSnapshot.from_json", "available"): "a queue snapshot's free permits",
 }
 
 STATE_NAMES = {state.value for state in JobState}

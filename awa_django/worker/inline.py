@@ -30,7 +30,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 
-from awa_django.inline import JobRun, running_here
+from awa_django.jobrun import JobRun, running_here
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.sql import statements
 from awa_django.worker.context import ClaimedJob, JobContext, Outcome
