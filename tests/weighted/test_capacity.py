@@ -37,7 +37,6 @@ def test_hard_reserved__max_workers_caps_running_at_exactly_max() -> None:
         enqueue("A", 10, ms=100)
         wait_all_finished(["A"])
     db_peak = max(s.running["A"] for s in sampler.snapshot())
-    print(f"[weighted] hard-reserved max_workers=5: handler peak={recorder.peak['A']} db peak={db_peak}")
     assert Job.objects.filter(queue="A", state="completed").count() == 10
     assert recorder.finished("A") == 10
     assert recorder.peak["A"] == 5
@@ -57,7 +56,6 @@ def test_weighted__global_max_caps_total_running_and_is_reached() -> None:
         wait_all_finished(["A", "B"])
     samples = sampler.snapshot()
     db_peak = max(s.total for s in samples)
-    print(f"[weighted] global max 10: handler total peak={recorder.total_peak} db total peak={db_peak}")
     assert Job.objects.filter(queue__in=["A", "B"], state="completed").count() == 40
     assert recorder.total_peak == 10
     assert db_peak <= 10
@@ -73,7 +71,6 @@ def test_weighted__sole_loaded_queue_takes_whole_overflow_pool() -> None:
         enqueue("A", 30, ms=100)
         wait_all_finished(["A"])
     db_peak = max(s.running["A"] for s in sampler.snapshot())
-    print(f"[weighted] work conservation: A handler peak={recorder.peak['A']} db peak={db_peak} (want 15)")
     assert Job.objects.filter(queue="A", state="completed").count() == 30
     # B's 5 guaranteed slots stay reserved; A gets its own 5 plus the whole pool of 10.
     assert recorder.peak["A"] == 15
@@ -120,8 +117,6 @@ def test_weighted__no_loaded_queue_drops_below_min_workers(weight_a: int, weight
     samples = sampler.snapshot()
     assert Job.objects.filter(queue__in=["A", "B"], state="completed").count() == 140
     for queue in ("A", "B"):
-        loaded = [s for s in samples if s.available[queue] > 0]
-        span = loaded[-1].t - loaded[0].t
         dips = _dips(samples, queue, 5)
         # A dip's length is taken from its first to its last sample, and the share below the floor
         # is a share of samples, not of time: a sampler stalled by load can stretch neither.
@@ -129,11 +124,5 @@ def test_weighted__no_loaded_queue_drops_below_min_workers(weight_a: int, weight
         reached = next(s.t for s in samples if s.running[queue] >= 5)
         window = [s for s in between(samples, reached) if s.available[queue] > 0]
         share = sum(len(d) for d in dips) / len(window)
-        lowest = min((s.running[queue] for d in dips for s in d), default=None)
-        print(
-            f"[weighted] floor {queue} (weights {weight_a}:{weight_b}): loaded for {span:.2f}s, "
-            f"{len(dips)} dip(s) below 5, longest {longest * 1000:.0f}ms, lowest {lowest}, "
-            f"{share:.1%} of the loaded samples; handler peak {recorder.peak.get(queue)}"
-        )
         assert longest <= DIP_TOLERANCE, f"{queue} stayed below its min_workers for {longest:.3f}s"
         assert share <= DIP_SHARE_TOLERANCE, f"{queue} was below min in {share:.1%} of its loaded samples"
