@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 
@@ -135,7 +136,7 @@ def test_cluster__a_new_worker_joins_and_gets_a_share(spawn: Spawner) -> None:
     second.assert_alive()  # it got a cap (the wait above bounds it); how soon is not asserted
 
 
-def first_key(worker: object) -> object:
+def first_key(worker: object) -> Any:
     from awa_django.models import WorkerInstance
 
     instance = WorkerInstance.objects.filter(pid=worker.process.pid).first()  # type: ignore[attr-defined]
