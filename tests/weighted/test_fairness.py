@@ -4,8 +4,8 @@ A (min 2, weight 3) and B (min 2, weight 1) with a global maximum of 24: the poo
 24 - 4 = 20, shared 15:5, so the ideal running split is 17:7.
 
 "Fast" is counted in A's job ends, not in seconds (a loaded machine stretches seconds, not the
-order of events): B's five overflow slots can only come from A's jobs ending, so the ideal is
-five. How long it takes on the clock is measured by ``bench/convergence.py``.
+order of events): B's five overflow slots can only come from A's jobs ending. How long it takes
+on the clock is measured by ``bench/convergence.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ WARM_UP = 0.5
 # A is above its share, so the slot goes to B, not back to A. A's 22 jobs started together, so
 # they end together and the count moves in steps of 22: B takes its share at the first turn of
 # A's slots (22, measured), and the bound allows one turn more. A B that got its slots only from
-# the poll or the pool's slow drift would need many turns (the old 2 s bound allowed 13).
+# the poll or the pool's slow drift would need many turns (the spec's 2 s is about 13).
 CONVERGENCE_ENDS = 2 * 22
 
 
