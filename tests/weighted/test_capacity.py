@@ -100,6 +100,7 @@ def _dips(samples: list[Sample], queue: str, floor: int) -> list[list[Sample]]:
     return dips
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("weight_a", "weight_b"), [(1, 1), (19, 1)], ids=["equal", "B-outweighed"])
 def test_weighted__no_loaded_queue_drops_below_min_workers(weight_a: int, weight_b: int) -> None:

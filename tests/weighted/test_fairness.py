@@ -45,6 +45,7 @@ def _config() -> WorkerConfig:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_weighted__contended_pool_splits_running_by_weight() -> None:
     recorder = Recorder()

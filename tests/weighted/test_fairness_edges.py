@@ -36,6 +36,7 @@ def _mean(samples: list, queue: str) -> float:
     return time_weighted_mean(samples, lambda s: s.running[queue])
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_newcomer__weight_1_beside_weight_10_starts_within_a_turn_and_averages_its_share() -> None:
     recorder = Recorder()
@@ -55,6 +56,7 @@ def test_newcomer__weight_1_beside_weight_10_starts_within_a_turn_and_averages_i
     assert mean_b >= 0.7 * 10 / 11
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_five_equal_queues__global_4__each_averages_its_0_8() -> None:
     names = ["Q1", "Q2", "Q3", "Q4", "Q5"]
@@ -72,6 +74,7 @@ def test_five_equal_queues__global_4__each_averages_its_0_8() -> None:
     assert max(s.total for s in sampler.snapshot()) <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_lone_loaded_queue__beside_an_empty_one__gets_the_whole_pool() -> None:
     recorder = Recorder()
@@ -85,6 +88,7 @@ def test_lone_loaded_queue__beside_an_empty_one__gets_the_whole_pool() -> None:
     assert mean_b >= 9.0
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_lone_loaded_queue__beside_a_rate_limited_one__gets_nearly_the_whole_pool() -> None:
     recorder = Recorder()

@@ -67,6 +67,7 @@ def _settle_at_17_7(sampler: Sampler) -> None:
     assert not split_problems(mean_a, mean_b, 17, 7), "the split before the change"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_reconfigure__weight_saved_in_orm_moves_running_split_on_its_notification() -> None:
     # No fallback re-read within the test: only the NOTIFY the save sends can bring the new weight.
@@ -92,6 +93,7 @@ def test_reconfigure__weight_saved_in_orm_moves_running_split_on_its_notificatio
     assert not split_problems(*after, 12, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="awa_django.worker.reconfigure")
