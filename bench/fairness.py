@@ -222,7 +222,8 @@ def _enqueue(queue: str, count: int, job_ms: int) -> float:
     return time.monotonic()
 
 
-def _start_worker(scenario: Scenario) -> tuple[Any, threading.Thread, dict[str, Any]]:
+def _start_worker(scenario: Scenario, **overrides: float) -> tuple[Any, threading.Thread, dict[str, Any]]:
+    """An in-process worker for the scenario's queues; ``overrides`` are WorkerConfig fields."""
     from awa_django.models import Queue
     from awa_django.registry import JobHandler, Registry
     from awa_django.worker import QueueConfig, Worker, WorkerConfig
@@ -246,6 +247,7 @@ def _start_worker(scenario: Scenario) -> tuple[Any, threading.Thread, dict[str, 
         poll_interval=0.2,
         shutdown_timeout=5.0,
         fixed_queues=True,  # serve only these queues, whatever other Queue rows exist
+        **overrides,
     )
     worker = Worker(config, registry=registry)
     box: dict[str, Any] = {}

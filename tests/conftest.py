@@ -1,5 +1,16 @@
 """Shared fixtures. Tests run against a real PostgreSQL: the embedded server, or DATABASE_URL.
 
+Every test is marked, at collection, by what it needs (``pytest -m pure`` runs without a database;
+``-m "not subprocess"`` without starting any other process):
+
+* ``subprocess``: it starts another process (the worker fixtures ``spawn``/``spawn_pooled``, the
+  PgBouncer fixture, or a ``@pytest.mark.subprocess`` it carries itself because it calls
+  ``subprocess`` directly);
+* ``db``: it touches the database (a ``django_db`` mark, a fixture that depends on ``db`` or
+  ``transactional_db``, or a Django ``TransactionTestCase``);
+* ``pure``: neither. A ``pure`` test that starts a process fails, so the mark cannot lie; one that
+  touches the database is already refused by pytest-django.
+
 A job written on Django's connection joins the caller's transaction, so whether another session
 can see it (or hears its NOTIFY) is only observable from a second connection: ``other_connection``
 and ``listener`` open one with Django's own connection parameters, outside Django.
@@ -7,6 +18,7 @@ and ``listener`` open one with Django's own connection parameters, outside Djang
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +35,54 @@ pytest_plugins = ["tests.skiprule"]
 
 # Django-only keys in get_connection_params() that psycopg.connect() does not take.
 _DJANGO_ONLY = ("cursor_factory", "context", "prepare_threshold")
+
+
+# Fixtures that reach the database, directly or through another fixture (``item.fixturenames``
+# is the closure of what a test requests, so ``other_connection`` brings ``transactional_db``).
+_DB_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_setup", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+# Fixtures that start other processes: awa_worker subprocesses and a real PgBouncer.
+_SUBPROCESS_FIXTURES = frozenset({"spawn", "spawn_pooled", "bouncer"})
+
+
+def _needs_db(item: pytest.Item) -> bool:
+    if item.get_closest_marker("django_db") is not None:
+        return True
+    if _DB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    from django.test import TransactionTestCase
+
+    cls = getattr(item, "cls", None)
+    return cls is not None and issubclass(cls, TransactionTestCase)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        spawns = item.get_closest_marker("subprocess") is not None or bool(
+            _SUBPROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+        )
+        if spawns and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.subprocess)
+        if _needs_db(item):
+            item.add_marker(pytest.mark.db)
+        elif not spawns:
+            item.add_marker(pytest.mark.pure)
+
+
+@pytest.fixture(autouse=True)
+def _pure_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``pure`` that starts a process fails, naming the fix."""
+    if request.node.get_closest_marker("pure") is None:
+        return
+
+    def refuse(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} is marked pure but starts a process ({self.args!r}): "
+            "mark it @pytest.mark.subprocess"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
 def connect_outside_django() -> psycopg.Connection[Any]:

@@ -202,7 +202,7 @@ _COMPARED = (
 def test_enqueue_many__plain_specs_store_exactly_what_enqueue_stores() -> None:
     # Plain specs ({kind, args, queue, priority, max_attempts}) take enqueue_many's short path;
     # a row written that way must not differ from one enqueue writes.
-    specs = [
+    specs: list[dict[str, Any]] = [
         {"kind": "noop", "args": {"a": [1, "x\\ty", None]}, "queue": "q\\1", "priority": 4, "max_attempts": 3},
         {"kind": "noop", "args": {}},
         {"kind": "noop"},

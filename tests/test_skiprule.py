@@ -59,6 +59,7 @@ def run_suite(tmp_path: Path, require_all: str | None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("require_all", [None, "0"], ids=["unset", "zero"])
 def test_without_require_all__dependency_skips_stay_skips(tmp_path: Path, require_all: str | None) -> None:
     result = run_suite(tmp_path, require_all)
@@ -67,6 +68,7 @@ def test_without_require_all__dependency_skips_stay_skips(tmp_path: Path, requir
     assert "1 passed, 4 skipped" in result.stdout
 
 
+@pytest.mark.subprocess
 def test_with_require_all__dependency_skips_fail_naming_what_is_missing(tmp_path: Path) -> None:
     result = run_suite(tmp_path, "1")
 

@@ -165,7 +165,7 @@ def test_unique__future_run_at_duplicate_is_refused_while_scheduled() -> None:
 @pytest.mark.django_db
 def test_unique__by_period_allows_one_job_per_period(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [datetime(2030, 1, 1, 10, 0, 0, tzinfo=dt_timezone.utc)]
-    monkeypatch.setattr(managers.timezone, "now", lambda: clock[0])
+    monkeypatch.setattr("awa_django.managers.timezone.now", lambda: clock[0])
     hourly = {"by_period": 3600}
 
     first = Job.objects.enqueue("noop", unique=hourly)
@@ -181,7 +181,7 @@ def test_unique__by_period_allows_one_job_per_period(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.django_db
 def test_unique__by_period_accepts_a_timedelta(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(managers.timezone, "now", lambda: datetime(2030, 1, 1, 10, 0, tzinfo=dt_timezone.utc))
+    monkeypatch.setattr("awa_django.managers.timezone.now", lambda: datetime(2030, 1, 1, 10, 0, tzinfo=dt_timezone.utc))
     as_seconds = Job.objects.enqueue("noop", unique={"by_period": 60})
 
     with pytest.raises(UniqueJobConflictError) as caught:

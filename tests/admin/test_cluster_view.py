@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -38,7 +39,7 @@ def test_worker_capacity__lists_each_worker_s_part_per_queue(admin_client_: Clie
         caps={"A": 5},
         floors={"A": 1},
         reported_at=timezone.now(),
-        lease_until=timezone.now() + timezone.timedelta(seconds=30),
+        lease_until=timezone.now() + timedelta(seconds=30),
     )
     html = admin_client_.get("/admin/awa/workercapacity/").content.decode()
     assert "A: 3 / 24 / 4 / 5 / 1" in html

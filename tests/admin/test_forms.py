@@ -35,7 +35,7 @@ def form(instance: Queue | None = None, **changes: Any) -> QueueForm:
 
 def errors(f: QueueForm, field: str) -> str:
     assert not f.is_valid()
-    return " ".join(f.errors[field])
+    return " ".join(f.errors[field])  # type: ignore[arg-type]  # an ErrorList holds str messages
 
 
 def test_queue_form__valid_settings_save() -> None:
@@ -58,7 +58,7 @@ def test_queue_form__weight_zero_is_refused_naming_the_value() -> None:
     [("min_workers", -1, 0), ("max_workers", 0, 1), ("max_workers", -3, 1), ("rate_burst", -2, 0)],
 )
 def test_queue_form__worker_counts_below_their_minimum_are_refused(field: str, value: int, minimum: int) -> None:
-    message = errors(form(**{field: value}), field)
+    message = errors(form(**{field: value}), field)  # type: ignore[arg-type]
     assert f"{field} {value} is invalid" in message
     assert f"at least {minimum}" in message
 
@@ -72,7 +72,7 @@ def test_queue_form__rate_limit_of_zero_or_less_is_refused(rate: str) -> None:
 
 @pytest.mark.parametrize("field", ["deadline", "priority_aging"])
 def test_queue_form__non_positive_durations_are_refused(field: str) -> None:
-    assert "positive duration" in errors(form(**{field: "00:00:00"}), field)
+    assert "positive duration" in errors(form(**{field: "00:00:00"}), field)  # type: ignore[arg-type]
 
 
 @override_settings(AWA={"GLOBAL_MAX_WORKERS": 20})

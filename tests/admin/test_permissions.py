@@ -164,4 +164,4 @@ def test_dashboard__on_a_site_without_the_job_admin_needs_the_queue_view_permiss
     request.user = user
 
     with pytest.raises(PermissionDenied):
-        queue_admin.dashboard_data_view(request)
+        queue_admin.dashboard_data_view(request)  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ ALL_STATES = [s.value for s in JobState]
 
 def one_job_per_state() -> dict[str, Job]:
     now = timezone.now()
-    jobs = {}
+    jobs: dict[str, Job] = {}
     for state in ALL_STATES:
         finished = state in ("completed", "failed", "cancelled")
         jobs[state] = JobFactory(
@@ -160,7 +161,7 @@ def test_cancel_jobs__reaches_the_handler_of_a_running_job_through_its_worker() 
     # Heartbeats far apart: the NOTIFY, not a heartbeat noticing the row changed, must tell the handler.
     config = make_config(["default"], heartbeat_interval=20.0, heartbeat_staleness=60.0)
     job = Job.objects.enqueue("wait_for_cancel")
-    other = Job.objects.enqueue("wait_for_cancel", run_at=timezone.now() + timezone.timedelta(hours=1))
+    other = Job.objects.enqueue("wait_for_cancel", run_at=timezone.now() + timedelta(hours=1))
 
     with running_worker(config, registry=registry) as worker:
         assert started.wait(20), "the handler never started"

@@ -50,6 +50,7 @@ def run_without_django(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocess
 def test_import_concurrency__works_where_django_cannot_be_imported() -> None:
     result = run_without_django(
         """
@@ -68,6 +69,7 @@ def test_import_concurrency__works_where_django_cannot_be_imported() -> None:
     assert result.stdout.split() == ["10", "5", "[]"]
 
 
+@pytest.mark.subprocess
 def test_import_registry__needs_django_so_the_block_is_real() -> None:
     # The control: the same process setup refuses a module that does need Django.
     result = run_without_django("import awa_django.registry")

@@ -27,7 +27,7 @@ def fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
 
 
 def local(zone: str, *args: int, fold: int = 0) -> datetime:
-    return datetime(*args, tzinfo=ZoneInfo(zone), fold=fold)  # type: ignore[misc]
+    return datetime(*args, tzinfo=ZoneInfo(zone), fold=fold)  # type: ignore[misc, arg-type]
 
 
 # --- DST: spring forward --------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -129,11 +130,12 @@ def first_round(name: str) -> list[Job]:
 
 def test_missed_slots_after_workers_were_down__coalesce_fires_one_catch_up_fires_each(spawn: Spawner) -> None:
     down_since = db_now().replace(microsecond=0) - 20 * SECOND  # no worker ran for the last 20 s
-    for name, kw in {
+    cases: dict[str, dict[str, Any]] = {
         "coalesced": {"missed": "coalesce"},
         "caught_up": {"missed": "catch_up"},
         "bounded": {"missed": "catch_up", "catch_up_limit": 5},
-    }.items():
+    }
+    for name, kw in cases.items():
         schedule = per_second(name, **kw)
         Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=down_since, last_fire_at=down_since - SECOND)
     worker = spawn(*WORKER_ARGS)

@@ -8,10 +8,10 @@ try:
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django < 6
     from django_tasks import TaskResultStatus, task, task_backends  # type: ignore[no-redef, assignment]
-    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[no-redef]
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[no-redef, assignment]
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef, assignment]
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef, assignment]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef, assignment]
 
 __all__ = [
     "InvalidTask",

@@ -223,7 +223,7 @@ def test_get_result__states_map_onto_statuses() -> None:
 @pytest.mark.django_db
 def test_get_result__errors_become_task_errors() -> None:
     result = flaky.enqueue("x")
-    entries = [
+    entries: list[dict[str, Any]] = [
         {"error": "ValueError: boom", "traceback": "Traceback …\nValueError: boom\n", "attempt": 1},
         {"error": "tests.tasks.tasks.BoomError: bang", "traceback": "Traceback …\nBoomError\n", "attempt": 2},
         {"error": "deadline exceeded: the handler ran longer than 5.0s", "traceback": "…\nTimeoutError\n"},

@@ -103,11 +103,11 @@ def test_enqueued_jobs__filters_for_custom_assertions():
     ("call", "error", "match"),
     [
         (lambda: assert_enqueued("testing.add", count=-1), ValueError, r"count is -1; pass the exact number"),
-        (lambda: assert_enqueued("testing.add", args=[1]), TypeError, r"args must be a dict .*, not \[1\]"),
+        (lambda: assert_enqueued("testing.add", args=[1]), TypeError, r"args must be a dict .*, not \[1\]"),  # type: ignore[arg-type]
         (lambda: assert_enqueued("testing.add", args={"a": {1, 2}}), TypeError, r"cannot be compared with stored"),
         (lambda: assert_enqueued(None), TypeError, r"assert_enqueued needs a kind; .*enqueued_jobs\(\)"),
         (lambda: assert_enqueued(3.5), TypeError, r"kind must be a job kind string, .* not 3.5"),
-        (lambda: enqueued_jobs(queue=7), TypeError, r"queue must be a queue name \(str\) or None, not 7"),
+        (lambda: enqueued_jobs(queue=7), TypeError, r"queue must be a queue name \(str\) or None, not 7"),  # type: ignore[arg-type]
     ],
 )
 def test_assertions__bad_arguments_are_refused_by_name(call, error, match):

@@ -97,7 +97,7 @@ def test_immediate__a_tasks_framework_task_runs(immediate):
 def test_immediate__an_async_task_runs(immediate):
     result = tasks.add_async.enqueue(2, 3)
     result.refresh()
-    assert (str(result.status), result.return_value) == ("SUCCESSFUL", 5)
+    assert (str(result.status), result.return_value) == ("SUCCESSFUL", 5)  # type: ignore[comparison-overlap]
 
 
 def test_immediate__a_failure_is_written_and_left_for_a_worker(immediate, caplog):
@@ -117,7 +117,7 @@ def test_immediate__a_job_enqueuing_jobs_runs_them_after_itself(immediate):
     children = Job.objects.filter(pk__in=parent.result).order_by("pk")
     assert [(job.state, job.result) for job in children] == [("completed", 1), ("completed", 2), ("completed", 3)]
     # Not nested inside the parent: each child started after the parent had finished.
-    assert all(job.attempted_at >= parent.finalized_at for job in children)
+    assert all(job.attempted_at >= parent.finalized_at for job in children)  # type: ignore[operator]
 
 
 def test_immediate__a_chain_without_end_stops_at_the_bound(immediate, monkeypatch, caplog):
@@ -153,7 +153,7 @@ def test_bad_execution_value__is_check_awa_E008(settings):
     settings.AWA = {"EXECUTION": "eager"}
     [error] = [message for message in run_checks() if message.id == "awa.E008"]
     assert error.msg == "AWA['EXECUTION'] is 'eager'; it must be one of 'worker', 'immediate'"
-    assert "use 'worker'" in error.hint
+    assert "use 'worker'" in error.hint  # type: ignore[operator]
     settings.AWA = IMMEDIATE
     assert not [message for message in run_checks() if message.id == "awa.E008"]
 

@@ -45,6 +45,7 @@ def test_awa_fixture__has_the_helpers(awa):
     assert len(awa.run_jobs()) == 0  # and may use the database without a mark
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_awa_fixture__works_in_a_project_without_a_conftest(tmp_path: Path):
     (tmp_path / "test_user.py").write_text(USER_TEST)

@@ -158,8 +158,8 @@ def test_run_jobs__jobs_enqueued_by_jobs_run_too(kind, child):
 
     assert report.kinds == [kind, child, child, child]
     children = report[0].result
-    assert [run.job_id for run in report[1:]] == children
-    assert [run.result for run in report[1:]] == [1, 2, 3]
+    assert [run.job_id for run in report[1:]] == children  # type: ignore[index, attr-defined]
+    assert [run.result for run in report[1:]] == [1, 2, 3]  # type: ignore[index, attr-defined]
     assert row(parent).state == "completed"
     assert set(Job.objects.filter(pk__in=children).values_list("state", flat=True)) == {"completed"}
 

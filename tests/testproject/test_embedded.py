@@ -58,6 +58,7 @@ def data_dir() -> Iterator[Path]:
                 _embedded(path, "stop")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_stop__after_a_test_run_with_killed_handle_holders__stops_and_says_so(data_dir: Path) -> None:
     # A real test run on the private server: a worker subprocess, stopped by signals.
@@ -102,6 +103,7 @@ def test_stop__after_a_test_run_with_killed_handle_holders__stops_and_says_so(da
     assert (again.returncode, again.stdout.strip()) == (0, "not running")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_url__points_a_project_at_the_embedded_server(data_dir: Path) -> None:
     url = _embedded(data_dir, "url")
@@ -127,6 +129,7 @@ def test_url__points_a_project_at_the_embedded_server(data_dir: Path) -> None:
     assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
 
 
+@pytest.mark.subprocess
 def test_unknown_command__exit_2_naming_the_commands(tmp_path: Path) -> None:
     result = _embedded(tmp_path / "never-created", "restart")
     assert result.returncode == 2
@@ -135,6 +138,7 @@ def test_unknown_command__exit_2_naming_the_commands(tmp_path: Path) -> None:
     assert not (tmp_path / "never-created").exists()
 
 
+@pytest.mark.subprocess
 def test_manage_py_help_and_check__start_no_server(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
     for command in (["help"], ["check"]):

@@ -87,6 +87,12 @@ class Recorder:
         with self._lock:
             return len(self.ends.get(queue, []))
 
+    def ended_between(self, queue: str, start: float, end: float) -> int:
+        """How many of the queue's jobs ended after ``start`` and up to ``end`` (monotonic times,
+        compared only to order events: the count, not the time, is what a test asserts)."""
+        with self._lock:
+            return sum(1 for t in self.ends.get(queue, []) if start < t <= end)
+
 
 def enqueue(queue: str, count: int, *, ms: int | None = 100, kind: str = SLEEP_KIND) -> float:
     """Commit ``count`` jobs on ``queue`` in one transaction; return the monotonic time of the commit."""

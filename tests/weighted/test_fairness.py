@@ -2,6 +2,10 @@
 
 A (min 2, weight 3) and B (min 2, weight 1) with a global maximum of 24: the pool is
 24 - 4 = 20, shared 15:5, so the ideal running split is 17:7.
+
+"Fast" is counted in A's job ends, not in seconds (a loaded machine stretches seconds, not the
+order of events): B's five overflow slots can only come from A's jobs ending. How long it takes
+on the clock is measured by ``bench/convergence.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ IDEAL = {"A": 17, "B": 7}
 # grab (whoever polls first takes the pool; the other gets its share as jobs end: one job
 # length, 150 ms, plus a round trip). Convergence itself is measured by its own test below.
 WARM_UP = 0.5
-CONVERGENCE_BOUND = 2.0  # seconds: the spec's bound
+# A's job ends between B's commit and B running its share of 7. Each end frees one of A's slots;
+# A is above its share, so the slot goes to B, not back to A. A's 22 jobs started together, so
+# they end together and the count moves in steps of 22: B takes its share at the first turn of
+# A's slots (22, measured), and the bound allows one turn more. A B that got its slots only from
+# the poll or the pool's slow drift would need many turns (the spec's 2 s is about 13).
+CONVERGENCE_ENDS = 2 * 22
 
 
 def _config() -> WorkerConfig:
@@ -36,6 +45,7 @@ def _config() -> WorkerConfig:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_weighted__contended_pool_splits_running_by_weight() -> None:
     recorder = Recorder()
@@ -51,11 +61,6 @@ def test_weighted__contended_pool_splits_running_by_weight() -> None:
     mean_a = time_weighted_mean(window, lambda s: s.running["A"])
     mean_b = time_weighted_mean(window, lambda s: s.running["B"])
     peak_total = max(s.total for s in samples)
-    print(
-        f"[weighted] proportionality over {duration:.2f}s ({len(window)} samples): "
-        f"A {mean_a:.2f} (ideal 17), B {mean_b:.2f} (ideal 7), A's share {mean_a / (mean_a + mean_b):.3f} "
-        f"(ideal {17 / 24:.3f}), peak total {peak_total} / 24"
-    )
     assert duration >= 1.0, f"the contended window was only {duration:.2f}s: too short to average"
     assert peak_total <= 24
     assert not split_problems(mean_a, mean_b, IDEAL["A"], IDEAL["B"])
@@ -65,7 +70,7 @@ def test_weighted__contended_pool_splits_running_by_weight() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_weighted__newly_loaded_queue_reaches_its_share_within_2s() -> None:
+def test_weighted__newly_loaded_queue_reaches_its_share_within_one_turn_of_the_other_s_slots() -> None:
     recorder = Recorder()
     with Sampler(["A", "B"]) as sampler, running_worker(_config(), registry=recorder.registry):
         enqueue("A", 600, ms=150)
@@ -73,10 +78,6 @@ def test_weighted__newly_loaded_queue_reaches_its_share_within_2s() -> None:
         sampler.wait_for(lambda s: s.running["A"] == 22, 30, "A to hold the whole pool (22 running)")
         committed = enqueue("B", 150, ms=150)
         reached = sampler.wait_for(lambda s: s.running["B"] >= IDEAL["B"], 30, "B to run its share of 7")
-    elapsed = reached.t - committed
-    print(
-        f"[weighted] convergence: B reached {reached.running['B']} running {elapsed * 1000:.0f}ms after its "
-        f"enqueue committed (A then {reached.running['A']}, A still had {reached.available['A']} available)"
-    )
+    a_ended = recorder.ended_between("A", committed, reached.t)
     assert reached.available["A"] > 0, "A ran dry first: B did not have to take its share from A"
-    assert elapsed < CONVERGENCE_BOUND
+    assert a_ended <= CONVERGENCE_ENDS, f"B reached its share of 7 only after {a_ended} of A's jobs ended"

@@ -27,5 +27,4 @@ def test_heartbeat__job_completing_during_a_heartbeat_is_not_reported_lost(caplo
     assert Job.objects.filter(queue="A", state="completed").count() == 2400
     assert (worker.completer.written, worker.completer.lost) == (2400, 0)
     lost = [r.getMessage() for r in caplog.records if "no longer held by this worker" in r.getMessage()]
-    print(f"[weighted] heartbeat race: {len(lost)} completed job(s) reported as no longer held")
     assert not lost, f"{len(lost)} normally completed job(s) reported as rescued or cancelled, e.g. {lost[0]}"

@@ -49,11 +49,6 @@ def test_permits__running_rows_never_outnumber_permits_held(build: Callable[[], 
     queue_violations = [
         s for s in samples if s.queue_in_flight is not None and any(s.running[q] > s.queue_in_flight[q] for q in "AB")
     ]
-    busy = [s for s in samples if s.total > 0]
-    print(
-        f"[weighted] permits ({config.mode}): {len(samples)} probes, {len(busy)} with rows running, "
-        f"max running {max(s.total for s in samples)}, max in flight {max(max(s.in_flight or (0,)) for s in samples)}"
-    )
     assert not violations, f"rows running without a permit: {violations[:3]}"
     assert not queue_violations, f"a queue's rows running without its permits: {queue_violations[:3]}"
     # The probe runs on the worker's loop, so no permit moves while it counts.

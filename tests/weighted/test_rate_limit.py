@@ -27,7 +27,6 @@ def test_rate_limit__30_jobs_at_10_per_second_take_about_2s(global_max_workers: 
         wait_all_finished(["A"])
     starts = sorted(recorder.started("A"))
     spread = starts[-1] - starts[0]
-    print(f"[weighted] rate limit ({config.mode}): 30 starts over {spread:.2f}s (ideal 2.0s)")
     assert Job.objects.filter(queue="A", state="completed").count() == 30
     assert len(starts) == 30
     assert spread >= LOWER_BOUND

@@ -1,6 +1,9 @@
 """Live reconfiguration: a Queue row saved through the ORM reaches the running worker (the trigger
 NOTIFYs it) and moves the running split; an invalid row is refused and the last good
-configuration keeps running."""
+configuration keeps running.
+
+How soon the split moves is counted in A's job ends after the save, not in seconds; the time on
+the clock is measured by ``bench/convergence.py``."""
 
 from __future__ import annotations
 
@@ -23,20 +26,26 @@ from tests.weighted.support import (
     time_weighted_mean,
 )
 
-CONVERGENCE_BOUND = 2.0  # seconds from the save's commit: the spec's bound
+# A's job ends between the save's commit and the first even split. A goes from 17 to 12, so at
+# least five of its jobs must end (their slots go to B) once the worker holds the new weight; A's
+# 17 jobs end at 17 / 150 ms, and the bound allows three turns of them for the notification,
+# the re-read and the hand-over.
+CONVERGENCE_ENDS = 3 * 17
 # The tolerances on the time-averaged split are in tests.weighted.support (split_problems).
 # A single sample counts as "moved" when both queues are within 1 of 12.
 MOVED_TOLERANCE = 1
 WINDOW = 1.0  # seconds of samples averaged for each split
 
 
-def _rows_and_config() -> WorkerConfig:
-    # The rows match the configuration the worker starts with: it re-reads them all the time.
+def _rows_and_config(**overrides: float) -> WorkerConfig:
+    # The rows match the configuration the worker starts with: it re-reads them on each NOTIFY
+    # and every reconfigure_interval.
     Queue.objects.create(name="A", min_workers=2, weight=3)
     Queue.objects.create(name="B", min_workers=2, weight=1)
     return make_config(
         {"A": QueueConfig("A", min_workers=2, weight=3), "B": QueueConfig("B", min_workers=2, weight=1)},
         global_max_workers=24,
+        **overrides,
     )
 
 
@@ -50,23 +59,24 @@ def _split(sampler: Sampler, start: float, end: float) -> tuple[float, float]:
     )
 
 
-def _settle_at_17_7(sampler: Sampler) -> tuple[float, float]:
+def _settle_at_17_7(sampler: Sampler) -> None:
     """Wait for the weighted split to settle, then measure it over WINDOW seconds."""
     settled = sampler.wait_for(lambda s: s.running["A"] == 17 and s.running["B"] == 7, 30, "a 17:7 split")
     time.sleep(WINDOW)
     mean_a, mean_b = _split(sampler, settled.t, settled.t + WINDOW)
     assert not split_problems(mean_a, mean_b, 17, 7), "the split before the change"
-    return mean_a, mean_b
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_reconfigure__weight_saved_in_orm_moves_running_split_within_2s() -> None:
-    config = _rows_and_config()
+def test_reconfigure__weight_saved_in_orm_moves_running_split_on_its_notification() -> None:
+    # No fallback re-read within the test: only the NOTIFY the save sends can bring the new weight.
+    config = _rows_and_config(reconfigure_interval=3600.0)
     recorder = Recorder()
     with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry) as worker:
         enqueue("A", 700, ms=150)
         enqueue("B", 600, ms=150)
-        before = _settle_at_17_7(sampler)
+        _settle_at_17_7(sampler)
         Queue.objects.filter(name="B").update(weight=3)  # autocommit: committed on return
         saved = time.monotonic()
 
@@ -77,16 +87,13 @@ def test_reconfigure__weight_saved_in_orm_moves_running_split_within_2s() -> Non
         time.sleep(WINDOW)
         after = _split(sampler, reached.t, reached.t + WINDOW)
         capacity = worker.allocator.capacity("B")
-    elapsed = reached.t - saved
-    print(
-        f"[weighted] reconfigure: split {before[0]:.2f}:{before[1]:.2f} before, {after[0]:.2f}:{after[1]:.2f} "
-        f"after (ideal 12:12); first even sample {elapsed * 1000:.0f}ms after the save"
-    )
+    a_ended = recorder.ended_between("A", saved, reached.t)
     assert isinstance(capacity, Weighted) and capacity.weight == 3
-    assert elapsed < CONVERGENCE_BOUND
+    assert a_ended <= CONVERGENCE_ENDS, f"the split moved only after {a_ended} of A's jobs ended"
     assert not split_problems(*after, 12, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="awa_django.worker.reconfigure")
@@ -95,7 +102,7 @@ def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: py
     with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry) as worker:
         enqueue("A", 600, ms=150)
         enqueue("B", 300, ms=150)
-        before = _settle_at_17_7(sampler)
+        _settle_at_17_7(sampler)
         # Behind the admin's back: 23 + 2 = 25 guaranteed slots cannot fit in a global maximum of 24.
         Queue.objects.filter(name="A").update(min_workers=23)
 
@@ -115,10 +122,6 @@ def test_reconfigure__invalid_row_is_refused_and_last_good_split_kept(caplog: py
         kept_config = worker.config.queues["A"]
         kept_capacity = worker.allocator.capacity("A")
     message = records[0].getMessage()
-    print(
-        f"[weighted] invalid row: split {before[0]:.2f}:{before[1]:.2f} before, {after[0]:.2f}:{after[1]:.2f} "
-        f"after (ideal 17:7); logged: {message}"
-    )
     assert "global_max_workers (24)" in message
     assert kept_config.min_workers == 2
     assert isinstance(kept_capacity, Weighted)

@@ -80,6 +80,7 @@ def test_awa_worker__every_option_has_help() -> None:
     assert missing == [], f"options without help: {missing}"
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_awa_worker__bad_value_on_the_command_line__usage_error_exit_2() -> None:
     result = subprocess.run(
@@ -96,6 +97,7 @@ def test_awa_worker__bad_value_on_the_command_line__usage_error_exit_2() -> None
     assert "argument --poll-interval: '0' must be above 0 seconds" in result.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_awa_worker__empty_queue_name_on_the_command_line__error_exit_1() -> None:
     result = subprocess.run(

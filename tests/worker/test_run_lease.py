@@ -45,7 +45,7 @@ def test_run_lease__rescued_and_reclaimed_attempt__old_worker_cannot_complete_it
             # Behind A's back: A's heartbeat goes stale and the rescue statement hands the job back.
             with transaction.atomic(), connection.cursor() as cursor:
                 Job.objects.filter(pk=job.pk).update(heartbeat_at=Now() - timedelta(hours=1))
-                cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(minutes=1), "limit": 10})
+                cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(minutes=1), "limit": 10})  # type: ignore[dict-item]
                 assert [r[:2] for r in cursor.fetchall()] == [(job.pk, "retryable")]  # id, state, then the log fields
 
             # The leader promotes it and B, the only worker with a free slot, claims it.

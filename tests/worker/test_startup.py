@@ -110,6 +110,7 @@ def _longest_wait(log: str) -> float:
     return max((float(m.group(1)) for m in WAITED.finditer(log)), default=0.0)
 
 
+@pytest.mark.subprocess
 def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: PrivateServer, tmp_path: Path) -> None:
     server.start()
     with server.connect("postgres") as conn:
@@ -143,6 +144,7 @@ def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: P
             worker.process.wait(30)
 
 
+@pytest.mark.subprocess
 def test_worker__unreachable_past_the_wait_exits_with_a_clear_error(tmp_path: Path) -> None:
     port = _free_port()  # nothing listens there
     env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "AWA_TEST_DB")}
@@ -175,6 +177,7 @@ def test_worker__invalid_wait_setting_is_a_command_error_naming_it(value: object
     assert "--wait-for-database SECONDS" in str(caught.value)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("value", ["-1", "soon", "nan"])
 def test_worker__invalid_wait_option_is_a_usage_error(value: str) -> None:
     result = subprocess.run(
