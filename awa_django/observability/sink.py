@@ -26,6 +26,7 @@ from awa_django.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from awa_django.concurrency import Allocator
+    from awa_django.observability.endpoints import EndpointServer
 
 # The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
 OUTCOMES = ("completed", "retried", "snoozed", "failed", "cancelled", "lost", "rescued")
@@ -173,6 +174,8 @@ class MetricsSink:
     """
 
     name = "none"
+    endpoints: EndpointServer | None = None
+    """The HTTP server ``serve`` started (``/metrics``; the command attaches the probes to it)."""
 
     def bind(self, gauges: Callable[[], WorkerGauges]) -> None:
         """The worker gives its gauge reader once it exists (read it at scrape/export time)."""
