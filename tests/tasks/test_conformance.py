@@ -9,6 +9,7 @@ any two priorities, and one attempt unless the backend's OPTIONS say more.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -296,6 +297,21 @@ def test_missing_module__a_plain_dotted_job__is_still_an_unknown_kind() -> None:
     error = Job.objects.get(pk=job.pk).errors[0]["error"]
     assert "no handler registered for kind 'tests.tasks.gone.send'" in error
     assert "@job('tests.tasks.gone.send')" in error
+
+
+@pytest.mark.django_db
+def test_missing_module__a_plain_dotted_job__is_still_warned_of_at_enqueue(caplog: pytest.LogCaptureFixture) -> None:
+    from awa_django.notices import notices
+
+    notices.reset()
+    caplog.set_level(logging.WARNING, logger="awa_django")
+    try:
+        Job.objects.enqueue("tests.tasks.gone.typo")
+        label.enqueue("known")  # a task: its kind resolves, nothing to warn of
+    finally:
+        notices.reset()
+    warned = [r.getMessage() for r in caplog.records if "no registered handler" in r.getMessage()]
+    assert len(warned) == 1 and "kind=tests.tasks.gone.typo" in warned[0]
 
 
 # --- priority order --------------------------------------------------------------------------
