@@ -423,9 +423,10 @@ def resolve_task(kind: str) -> JobHandler | None:
 
     A module that exists but fails to import gives a handler that raises its error, so the job
     retries with backoff (a deploy in progress) and keeps the real traceback when it fails. A
-    path whose module (or attribute) is not there gives a handler that fails a task's job with
-    ImportError naming it, and any other job as the unknown kind it is (a job kind may be dotted
-    too: only a task's job carries the task metadata).
+    path into a package that exists whose module (or attribute) is not there (code not deployed
+    to this worker, a renamed task) gives a handler that fails a task's job with ImportError
+    naming it, and any other job as the unknown kind it is (a job kind may be dotted too: only a
+    task's job carries the task metadata).
     """
     handler = _handlers.get(kind)
     if handler is not None:
@@ -447,8 +448,9 @@ class _MissingTaskError(ImportError):
 
 
 def _import_task(path: str) -> Task[Any, Any] | None:
-    """The Task at ``path``; None if ``path`` leads to something that is not a Task (or is no
-    module path at all); _MissingTaskError if its module or attribute is not there."""
+    """The Task at ``path``; None if ``path`` leads to something that is not a Task, or is no
+    module path at all (its top-level package does not exist: ``emails.send_welcome`` is a job
+    kind); _MissingTaskError if, inside a package that exists, its module or attribute does not."""
     module_path, _, name = path.rpartition(".")
     if not module_path or not name.isidentifier() or not all(part.isidentifier() for part in module_path.split(".")):
         return None
@@ -456,6 +458,8 @@ def _import_task(path: str) -> Task[Any, Any] | None:
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_path == exc.name or module_path.startswith(f"{exc.name}.")):
+            if "." not in exc.name:
+                return None  # not even its top-level package: a job kind, not a task's path
             raise _MissingTaskError(f"no module named {exc.name!r}") from None
         raise
     if not hasattr(module, name):

@@ -259,7 +259,7 @@ def task_job(kind: str) -> Job:
 
 MISSING = [
     pytest.param("tests.tasks.gone.send", "'tests.tasks.gone'", "no module named 'tests.tasks.gone'", id="module"),
-    pytest.param("gone_package.tasks.send", "'gone_package.tasks'", "no module named 'gone_package'", id="package"),
+    pytest.param("tests.gone.tasks.send", "'tests.gone.tasks'", "no module named 'tests.gone'", id="package"),
     pytest.param("tests.tasks.tasks.renamed", "'tests.tasks.tasks'", "has no attribute 'renamed'", id="attribute"),
 ]
 
@@ -287,6 +287,16 @@ def test_missing_task_module__worker__fails_with_ImportError_naming_the_module()
     assert failed.errors[0]["error"].startswith(
         "ImportError: task 'tests.tasks.gone.send' cannot be imported from module 'tests.tasks.gone'"
     )
+
+
+@pytest.mark.django_db
+def test_missing_top_level_package__is_an_unknown_kind_as_for_any_job() -> None:
+    """``emails.send_welcome`` with no app ``emails``: a job kind nothing registered, not a path."""
+    job = task_job("gone_package.tasks.send")
+    [run] = run_jobs(raise_on_failure=False)
+    assert run.state == JobState.FAILED
+    error = Job.objects.get(pk=job.pk).errors[0]["error"]
+    assert error.startswith("no handler registered for kind 'gone_package.tasks.send'")
 
 
 @pytest.mark.django_db
