@@ -95,7 +95,17 @@ class Probes:
             now = self.clock()
             self.ticked_at = now
             if now >= next_check:
-                self.check = await self.inspect(host)
+                try:
+                    self.check = await self.inspect(host)
+                except Exception as exc:  # a fault of the check itself: not ready, and said why
+                    logger.exception("readiness check failed")
+                    self.check = Check(
+                        at=self.clock(),
+                        started=host.ready.is_set(),
+                        stopping=host.stopping,
+                        listening=False,
+                        database_error=f"the check itself failed: {exc!r}",
+                    )
                 next_check = self.clock() + CHECK_EVERY
             await asyncio.sleep(TICK)
 

@@ -299,3 +299,24 @@ def test_command__health_port_in_use_is_a_CommandError_naming_the_flag() -> None
         port = taken.getsockname()[1]
         with pytest.raises(CommandError, match=rf"cannot serve probes on 0\.0\.0\.0:{port}: .*--health-port"):
             call_command("awa_worker", "--health-port", str(port))
+
+
+def test_run__a_check_that_fails_itself_is_not_ready_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenHost(Host):
+        def flags(self) -> WorkerFlags:
+            raise RuntimeError("flags broke")
+
+    async def one_round() -> Probes:
+        probes = Probes(frozenset())
+        pool = AsyncConnectionPool(kwargs={}, min_size=1, open=False)
+        watcher = asyncio.create_task(probes.run(BrokenHost(pool)))
+        await asyncio.sleep(0)  # the watcher's first round runs up to its first sleep
+        watcher.cancel()
+        return probes
+
+    probes = asyncio.run(one_round())
+    answer = probes.readiness()
+    assert answer.status == 503
+    assert any("the check itself failed: RuntimeError('flags broke')" in p for p in answer.body["problems"])
+    assert probes.liveness().status == 200  # the loop still turned
+    assert "readiness check failed" in caplog.text
