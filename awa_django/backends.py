@@ -1,17 +1,26 @@
 """Django's Tasks framework as a front door: every ``@task`` becomes a job that ``awa_worker`` runs.
 
 ``TASKS = {"default": {"BACKEND": "awa_django.backends.AwaBackend", "QUEUES": [...]}}``, with
-``OPTIONS = {"MAX_ATTEMPTS": n}`` (default 25) for the attempts a task gets. The framework comes
-from ``django.tasks`` (Django 6) or else the ``django-tasks`` backport.
+``OPTIONS = {"MAX_ATTEMPTS": n}`` for the attempts a task gets: 1 by default, as the framework's
+own backends run a task once (a job's default of 25 is for ``@job`` handlers, written to be
+retried). The framework comes from ``django.tasks`` (Django 6) or else the ``django-tasks``
+backport.
 
 A task is enqueued through ``Job.objects.enqueue`` on Django's connection, so it joins the
 caller's transaction: commit and it runs, roll back and it never existed; ``task_enqueued`` is
-sent when the job is committed. The job row is the task's whole record:
+sent when the job is committed, before anything runs it (``AWA["EXECUTION"] = "immediate"``
+runs it at that commit too: enqueued, started, finished, in that order). The job row is the
+task's whole record:
 
 - ``kind`` is the task's module path, ``args`` is ``{"args": [...], "kwargs": {...}}``;
 - ``queue`` is ``queue_name``, ``run_at`` is ``run_after``;
-- ``priority``: the framework's -100..100 (higher runs sooner) onto ours, 1 (first) … 4, in
-  order: above 0 → 1, 0 (the default) → 2, -1..-50 → 3, below -50 → 4 (``job_priority``);
+- ``priority``: the framework's -100..100 (higher runs sooner) onto our four lanes, 1 (first) …
+  4: above 0 → 1, 0 (the default) → 2, -1..-50 → 3, below -50 → 4 (``job_priority``); inside a
+  lane, a higher priority is an earlier ``run_at``, ``PRIORITY_STEP`` per point above the
+  lane's lowest (``head_start``), so the lane's (run_at, id) order keeps the framework's order
+  between tasks enqueued together (in one transaction: exactly; otherwise unless the lower one
+  was enqueued more than the difference of their head starts earlier). A task with
+  ``run_after`` is never run before it, so it gets no head start;
 - ``metadata["task"]`` keeps what the row cannot: the backend alias and the exact priority and
   ``run_after``, so that ``TaskResult.task`` is the task as it was enqueued;
 - the result id is the job id; states map to READY (scheduled, available, retryable), RUNNING,
@@ -22,12 +31,20 @@ Workers find the task by importing its module path: ``resolve_task`` is a regist
 consulted for kinds no ``@job`` handler has. It wraps the task function in a handler that calls
 it with the stored args, gives ``takes_context`` tasks a ``TaskContext`` (attempt = the job's
 attempt), and sends ``task_started`` and ``task_finished`` around each attempt (an attempt that
-will be retried finishes FAILED; ``get_result`` then says READY until the next one). Retries,
-backoff, heartbeats, deadlines and rescue are the job rules, as for any job.
+will be retried finishes FAILED; ``get_result`` then says READY until the next one), whatever
+ends it: an exception, ``SystemExit``, ``KeyboardInterrupt`` (the worker records those as the
+attempt's failure and runs on). Retries, backoff, heartbeats, deadlines and rescue are the job
+rules, as for any job.
+
+Errors follow the framework's: an argument JSON cannot hold raises ``TypeError`` at enqueue; a
+return value it cannot hold fails the attempt with ``TypeError`` (``ValueError`` for bytes that
+are not UTF-8, as ``normalize_json`` says); a task whose module cannot be imported by the worker
+fails with ``ImportError`` naming the module.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import dataclasses
 import importlib
@@ -37,6 +54,7 @@ import re
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -47,7 +65,6 @@ from django.utils.module_loading import import_string
 
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
-    MAX_ATTEMPTS_DEFAULT,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
     NAME_MAX_LENGTH,
@@ -56,9 +73,10 @@ from awa_django.defaults import (
     PRIORITY_MIN,
 )
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
-from awa_django.inline import running_inline
+from awa_django.inline import database_now, execution_mode, running_inline
 from awa_django.jobspec import build_row
 from awa_django.registry import JobHandler, Registry, registry
+from awa_django.states import JobState
 from awa_django.worker.context import JobContext
 
 try:
@@ -84,19 +102,35 @@ except ImportError:  # Django < 6: the django-tasks backport
     from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]
 
-__all__ = ["AwaBackend", "TaskImportError", "connect_task_backends", "job_priority", "resolve_task"]
+__all__ = [
+    "AwaBackend",
+    "TaskImportError",
+    "connect_task_backends",
+    "head_start",
+    "job_priority",
+    "resolve_task",
+]
 
 TASK_METADATA_KEY = "task"
 OPTIONS = frozenset({"MAX_ATTEMPTS"})
+TASK_MAX_ATTEMPTS_DEFAULT = 1
+"""Attempts a task gets unless ``OPTIONS["MAX_ATTEMPTS"]`` says more: the framework's backends
+run a task once, and tasks written for them (Wagtail's among them) expect no retries."""
+
+PRIORITY_STEP = timedelta(milliseconds=10)
+"""The head start one point of framework priority gives inside a lane (``head_start``). The
+largest, 99 steps in lane 1, stays under the look-behind window (``worker.lanes.LOOK_BEHIND_WINDOW``,
+2 s), so a task enqueued behind a lane's cursor is found by the cheap look, and the wait-time
+metric of a task counts at most that head start more than it waited."""
 
 STATUS_BY_STATE = {
-    "scheduled": TaskResultStatus.READY,
-    "available": TaskResultStatus.READY,
-    "retryable": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "completed": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED,
+    JobState.SCHEDULED: TaskResultStatus.READY,
+    JobState.AVAILABLE: TaskResultStatus.READY,
+    JobState.RETRYABLE: TaskResultStatus.READY,
+    JobState.RUNNING: TaskResultStatus.RUNNING,
+    JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    JobState.FAILED: TaskResultStatus.FAILED,
+    JobState.CANCELLED: TaskResultStatus.FAILED,
 }
 
 # An error entry's text starts with the exception's name when an exception caused it
@@ -114,8 +148,12 @@ class TaskImportError(AwaError, ImportError):
         super().__init__(f"job {job_id} runs task {path!r}, which does not import as a task ({reason})")
 
 
+# Each lane's lowest framework priority: a task's head start counts the points above it.
+_LANE_FLOOR = {PRIORITY_MIN: 1, PRIORITY_DEFAULT: 0, PRIORITY_DEFAULT + 1: -50, PRIORITY_MAX: -100}
+
+
 def job_priority(task_priority: int) -> int:
-    """The framework's priority (-100..100, higher sooner) as ours (1 first … 4 last), in order.
+    """The framework's priority (-100..100, higher sooner) as our lane (1 first … 4 last), in order.
 
     Any priority above the default runs before default tasks, which get our default (2).
     """
@@ -126,6 +164,17 @@ def job_priority(task_priority: int) -> int:
     if task_priority >= -50:
         return PRIORITY_DEFAULT + 1
     return PRIORITY_MAX
+
+
+def head_start(task_priority: int) -> timedelta:
+    """How much earlier than its enqueue a task's ``run_at`` is, inside its lane.
+
+    ``PRIORITY_STEP`` per point above the lane's lowest priority: strictly more for a higher
+    priority of the same lane, so that the claim's (priority, run_at, id) order is the framework's
+    (-priority, enqueued) order for tasks enqueued together. The default priority (0, a lane of
+    its own) and each lane's lowest get none.
+    """
+    return PRIORITY_STEP * (task_priority - _LANE_FLOOR[job_priority(task_priority)])
 
 
 class AwaBackend(BaseTaskBackend):
@@ -142,7 +191,7 @@ class AwaBackend(BaseTaskBackend):
         unknown = sorted(set(self.options) - OPTIONS)
         if unknown:
             raise InvalidTaskBackend(f"{where}['OPTIONS']: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
-        max_attempts = self.options.get("MAX_ATTEMPTS", MAX_ATTEMPTS_DEFAULT)
+        max_attempts = self.options.get("MAX_ATTEMPTS", TASK_MAX_ATTEMPTS_DEFAULT)
         if (
             not isinstance(max_attempts, int)
             or isinstance(max_attempts, bool)
@@ -169,29 +218,48 @@ class AwaBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult[Any, Any]:
-        """Insert the task's job in the caller's transaction; ``task_enqueued`` follows at commit."""
+        """Insert the task's job in the caller's transaction; ``task_enqueued`` follows at commit.
+
+        TypeError (as the framework raises) if an argument cannot be stored as JSON. In
+        immediate mode outside a transaction the task has run when this returns, and the result
+        says how it ended.
+        """
         from awa_django.models import Job
 
         self.validate_task(task)
-        run_after = task.run_after
-        job = Job.objects.enqueue(
-            task.module_path,
-            {"args": _json("args", list(args)), "kwargs": _json("kwargs", dict(kwargs))},
-            queue=task.queue_name,
-            priority=job_priority(task.priority),
-            run_at=run_after,
-            max_attempts=self.max_attempts,
-            metadata={
-                TASK_METADATA_KEY: {
-                    "backend": self.alias,
-                    "priority": task.priority,
-                    "run_after": run_after.isoformat() if run_after is not None else None,
-                }
-            },
-        )
-        result = _task_result(job, task)
-        transaction.on_commit(lambda: task_enqueued.send(type(self), task_result=result), using=job._state.db or None)
-        return result
+        stored = {"args": _json("args", list(args)), "kwargs": _json("kwargs", dict(kwargs))}
+        alias = awa_settings().DATABASE_ALIAS
+        outside = not transaction.get_connection(alias).in_atomic_block
+        enqueued: list[TaskResult[Any, Any]] = []
+        sender = type(self)
+        with transaction.atomic(using=alias):
+            # Registered before the enqueue registers its immediate-mode run (another on_commit
+            # callback, and callbacks run in order), so task_enqueued comes first, as in the
+            # framework. The block holds both until this commit, or the caller's.
+            transaction.on_commit(lambda: task_enqueued.send(sender, task_result=enqueued[0]), using=alias)
+            run_after = task.run_after
+            run_at = run_after
+            if run_after is None and head_start(task.priority):
+                run_at = database_now(alias) - head_start(task.priority)  # the database's clock decides due
+            job = Job.objects.db_manager(alias).enqueue(
+                task.module_path,
+                stored,
+                queue=task.queue_name,
+                priority=job_priority(task.priority),
+                run_at=run_at,
+                max_attempts=self.max_attempts,
+                metadata={
+                    TASK_METADATA_KEY: {
+                        "backend": self.alias,
+                        "priority": task.priority,
+                        "run_after": run_after.isoformat() if run_after is not None else None,
+                    }
+                },
+            )
+            enqueued.append(_task_result(job, task))
+        if outside and execution_mode() == "immediate":
+            return _task_result(Job.objects.db_manager(alias).get(pk=job.pk), task)  # it ran at that commit
+        return enqueued[0]
 
     async def aenqueue(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -217,14 +285,21 @@ class AwaBackend(BaseTaskBackend):
 
 
 def _json(field: str, value: Any) -> Any:
-    """The framework's JSON normalisation (tuples become lists …), refused as an enqueue error."""
+    """The framework's JSON normalisation (tuples become lists …), with its error types: TypeError
+    for a value of a type JSON has no place for, as the framework raises it; InvalidJobError (a
+    ValueError, as the framework's for bytes that are not UTF-8) for the rest."""
     try:
         return normalize_json(value)
     except RecursionError:
         raise InvalidJobError(
             field, value, "nests too deep to store as JSON; pass flatter data (see MAX_JSON_DEPTH)"
         ) from None
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:
+        raise TypeError(
+            f"task {field} {value!r} cannot be stored as JSON ({exc}); pass only str, int, float, bool, None, "
+            "list, dict"
+        ) from None
+    except ValueError as exc:
         raise InvalidJobError(
             field, value, f"cannot be stored as JSON ({exc}); pass only str, int, float, bool, None, list, dict"
         ) from None
@@ -267,7 +342,7 @@ def _task_result(job: Any, task: Task[Any, Any] | None = None) -> TaskResult[Any
         errors=[_task_error(entry) for entry in job.errors or [] if isinstance(entry, dict)],
         worker_ids=[f"attempt-{n}" for n in range(1, job.attempt + 1)],
     )
-    if job.state == "completed":
+    if job.state == JobState.COMPLETED:
         object.__setattr__(result, "_return_value", job.result)
     return result
 
@@ -347,13 +422,19 @@ def resolve_task(kind: str) -> JobHandler | None:
     """The handler running the task at module path ``kind``, or None if ``kind`` is not a task's.
 
     A module that exists but fails to import gives a handler that raises its error, so the job
-    retries with backoff (a deploy in progress) and keeps the real traceback when it fails.
+    retries with backoff (a deploy in progress) and keeps the real traceback when it fails. A
+    path into a package that exists whose module (or attribute) is not there (code not deployed
+    to this worker, a renamed task) gives a handler that fails a task's job with ImportError
+    naming it, and any other job as the unknown kind it is (a job kind may be dotted too: only a
+    task's job carries the task metadata).
     """
     handler = _handlers.get(kind)
     if handler is not None:
         return handler
     try:
         task = _import_task(kind)
+    except _MissingTaskError as exc:
+        return JobHandler(kind, _missing(kind, exc), takes_context=True)
     except Exception as exc:
         return JobHandler(kind, _raising(exc), takes_context=True)
     if task is None:
@@ -362,22 +443,51 @@ def resolve_task(kind: str) -> JobHandler | None:
         return _handlers.setdefault(kind, _task_handler(kind, task))
 
 
+class _MissingTaskError(ImportError):
+    """A module path with no module, or no attribute, there: where a task would be if it existed."""
+
+
 def _import_task(path: str) -> Task[Any, Any] | None:
+    """The Task at ``path``; None if ``path`` leads to something that is not a Task, or is no
+    module path at all (its top-level package does not exist: ``emails.send_welcome`` is a job
+    kind); _MissingTaskError if, inside a package that exists, its module or attribute does not."""
     module_path, _, name = path.rpartition(".")
-    if not module_path or not name.isidentifier():
+    if not module_path or not name.isidentifier() or not all(part.isidentifier() for part in module_path.split(".")):
         return None
     try:
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_path == exc.name or module_path.startswith(f"{exc.name}.")):
-            return None  # no such module: not a task's path
+            if "." not in exc.name:
+                return None  # not even its top-level package: a job kind, not a task's path
+            raise _MissingTaskError(f"no module named {exc.name!r}") from None
         raise
-    found = getattr(module, name, None)
+    if not hasattr(module, name):
+        raise _MissingTaskError(f"module {module_path!r} has no attribute {name!r}")
+    found = getattr(module, name)
     return found if isinstance(found, Task) else None
 
 
+def _missing(kind: str, exc: _MissingTaskError) -> Callable[..., Any]:
+    module_path = kind.rpartition(".")[0]
+
+    def fail(context: JobContext, **_args: Any) -> None:
+        if TASK_METADATA_KEY in (context.job.metadata or {}):
+            raise ImportError(
+                f"task {kind!r} cannot be imported from module {module_path!r} ({exc}); deploy the code that "
+                "defines it to the workers, or cancel its jobs if the task was removed"
+            )
+        raise TerminalError(
+            f"no handler registered for kind {kind!r}; register one with @job({kind!r}) in an installed app's "
+            f"jobs.py (nor is it a Tasks framework task: {exc})"
+        )
+
+    fail.awa_unresolved = True  # type: ignore[attr-defined]  # notices: a kind nothing runs
+    return fail
+
+
 def _raising(exc: Exception) -> Callable[..., Any]:
-    def fail(context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> None:
+    def fail(context: JobContext, **_args: Any) -> None:
         raise exc
 
     return fail
@@ -407,21 +517,34 @@ class _Attempt:
         return args, self.started.kwargs
 
     def succeeded(self, value: Any) -> tuple[Any, TaskResult[Any, Any]]:
-        """The value to store (TerminalError if JSON cannot hold it) and the finished result."""
+        """The value to store and the finished result. As the framework's backends do, a value
+        JSON cannot hold fails the attempt: TypeError (ValueError for NaN, infinities, bytes
+        that are not UTF-8), naming the value and the fix."""
+        fix = "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)"
         try:
             stored = normalize_json(value)
+        except TypeError as exc:
+            raise TypeError(f"the task returned a value that cannot be stored as JSON ({exc}); {fix}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(
+                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); {fix}"
+            ) from None
+        try:
             json.dumps(stored, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise TerminalError(
-                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); "
-                "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)"
+        except ValueError as exc:
+            raise ValueError(
+                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); {fix}"
             ) from None
         finished = dataclasses.replace(self.started, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
         object.__setattr__(finished, "_return_value", stored)
         return stored, finished
 
-    def failed(self, exc: Exception) -> TaskResult[Any, Any]:
-        if isinstance(exc, Snooze):  # not a failure: the task waits and runs again
+    def ended(self, exc: BaseException) -> TaskResult[Any, Any]:
+        """The result an attempt that raised ``exc`` finishes with. READY when it is not over:
+        snoozed, or handed back by the stopping worker (``asyncio.CancelledError`` of the
+        worker's own cancellation); FAILED otherwise, ``SystemExit`` and ``KeyboardInterrupt``
+        included (the attempt's failure, with their traceback)."""
+        if isinstance(exc, Snooze) or _handed_back(exc):
             return dataclasses.replace(self.started, status=TaskResultStatus.READY)
         error = TaskError(exception_class_path=_class_path(exc), traceback="".join(traceback.format_exception(exc)))
         return dataclasses.replace(
@@ -430,6 +553,17 @@ class _Attempt:
             finished_at=timezone.now(),
             errors=[*self.started.errors, error],
         )
+
+
+def _handed_back(exc: BaseException) -> bool:
+    """The worker cancelled this attempt itself (stopping): it runs again, it did not fail."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        current = asyncio.current_task()
+    except RuntimeError:  # no running loop: a sync handler's thread
+        return False
+    return current is not None and current.cancelling() > 0
 
 
 def _load_result(job_id: int) -> TaskResult[Any, Any]:
@@ -465,8 +599,8 @@ def _task_handler(kind: str, task: Task[Any, Any]) -> JobHandler:
             try:
                 call_args, call_kwargs = attempt.call_args()
                 stored, finished = attempt.succeeded(await task.func(*call_args, **call_kwargs))
-            except Exception as exc:
-                await task_finished.asend(attempt.sender, task_result=attempt.failed(exc))
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the attempt still finishes
+                await task_finished.asend(attempt.sender, task_result=attempt.ended(exc))
                 raise
             await task_finished.asend(attempt.sender, task_result=finished)
             return stored
@@ -480,8 +614,8 @@ def _task_handler(kind: str, task: Task[Any, Any]) -> JobHandler:
         try:
             call_args, call_kwargs = attempt.call_args()
             stored, finished = attempt.succeeded(task.func(*call_args, **call_kwargs))
-        except Exception as exc:
-            task_finished.send(attempt.sender, task_result=attempt.failed(exc))
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the attempt still finishes
+            task_finished.send(attempt.sender, task_result=attempt.ended(exc))
             raise
         task_finished.send(attempt.sender, task_result=finished)
         return stored

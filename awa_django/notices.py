@@ -55,7 +55,8 @@ class EnqueueNotices:
     def _check_kind(self, kind: str) -> None:
         from awa_django.registry import registry
 
-        if registry.get(kind) is not None:  # a @job handler, or a resolver's (a Tasks framework @task)
+        handler = registry.get(kind)  # a @job handler, or a resolver's (a Tasks framework @task)
+        if handler is not None and not getattr(handler.func, "awa_unresolved", False):
             self._known_kinds.add(kind)
             return
         with self._lock:

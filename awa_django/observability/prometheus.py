@@ -23,13 +23,13 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from awa_django.exceptions import ConfigurationError
+from awa_django.observability.endpoints import EndpointServer
 from awa_django.observability.sink import QUEUE_GAUGES, WORKER_GAUGES, MetricsSink, WorkerGauges
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,6 @@ class Sink(MetricsSink):
         self.runs: dict[tuple[str, str], _Histogram] = {}
         self.registry.register(_JobCollector(self))
         self.registry.register(_WorkerCollector(self))
-        self._server: Any = None
 
     def bind(self, gauges: Callable[[], WorkerGauges]) -> None:
         self.gauges = gauges
@@ -156,19 +155,18 @@ class Sink(MetricsSink):
             histogram.count += 1
             histogram.total += seconds
 
+    def page(self, accept: str) -> tuple[bytes, str]:
+        """The metrics page in the format ``accept`` asks for (text, or OpenMetrics)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - an operator's choice
-        try:
-            self._server = start_http_server(port, addr, registry=self.registry)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve metrics on {addr}:{port}: {exc}; pick a free port with --metrics-port "
-                "(each worker process on a host needs its own)"
-            ) from exc
-        logger.info("serving Prometheus metrics addr=%s port=%s path=/metrics", addr, port)
+        """Serve ``/metrics`` on ``addr:port`` (``endpoints``: the probes are attached there too)."""
+        self.endpoints = EndpointServer(port, addr, metrics=self.page)
+        logger.info("serving Prometheus metrics addr=%s port=%s path=/metrics", addr, self.endpoints.port)
 
     def close(self) -> None:
-        server = self._server
-        self._server = None
-        if isinstance(server, tuple):  # prometheus-client >= 0.20 returns (server, thread)
-            server[0].shutdown()
-            server[0].server_close()
+        endpoints = self.endpoints
+        self.endpoints = None
+        if endpoints is not None:
+            endpoints.close()

@@ -27,6 +27,7 @@ from awa_django.states import JobState
 
 if TYPE_CHECKING:
     from awa_django.concurrency import Allocator
+    from awa_django.observability.endpoints import EndpointServer
 
 # The state an attempt's outcome writes, as the outcome label names it (a terminal state is its
 # own label).
@@ -178,6 +179,8 @@ class MetricsSink:
     """
 
     name = "none"
+    endpoints: EndpointServer | None = None
+    """The HTTP server ``serve`` started (``/metrics``; the command attaches the probes to it)."""
 
     def bind(self, gauges: Callable[[], WorkerGauges]) -> None:
         """The worker gives its gauge reader once it exists (read it at scrape/export time)."""

@@ -38,6 +38,8 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
+
 from awa_django.concurrency import Allocator
 from awa_django.observability.sink import MetricsSink, NoopSink, gauge_reader
 from awa_django.registry import Registry
@@ -106,7 +108,7 @@ class Worker:
         self.probe = BacklogProbe(runtime)
         self.listener = Listener(runtime, self.probe, self.reconfigurer.soon)
         self.heartbeat = Heartbeat(runtime)
-        self.snapshots = SnapshotWriter(runtime, self._flags)
+        self.snapshots = SnapshotWriter(runtime, self.flags)
         self._owns_process = False  # signal handlers installed: this worker is the process
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -158,6 +160,11 @@ class Worker:
         return self.maintenance.is_leader
 
     @property
+    def pool(self) -> AsyncConnectionPool:
+        """The worker's connection pool (the readiness probe asks the database through it)."""
+        return self.runtime.pool
+
+    @property
     def in_flight(self) -> Mapping[int, InFlight]:
         """The attempts running (or being written), by job id."""
         return self.runtime.attempts.in_flight
@@ -172,7 +179,8 @@ class Worker:
         as the snapshot row holds them (``awa_django.worker.snapshot.QueueSnapshot.to_json``)."""
         return queues_to_json(self.snapshots.queues(available_rows))
 
-    def _flags(self) -> WorkerFlags:
+    def flags(self) -> WorkerFlags:
+        """The liveness flags the snapshot row carries (``WorkerInstance.flags``)."""
         return WorkerFlags(
             listening=self.listening,
             leader=self.is_leader,

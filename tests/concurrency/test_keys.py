@@ -260,7 +260,7 @@ def test_water_fill__matches_the_definition(total: float, weights: dict[str, int
     bounded = sum(math.inf if c is None else c for c in caps.values())
     assert sum(shares.values()) == pytest.approx(min(total, bounded), abs=1e-6)
     # Each key is at its cap, or at the common level (share per weight) that no uncapped key is below.
-    uncapped = [k for k in weights if caps[k] is None or shares[k] < caps[k] - 1e-9]
+    uncapped = [k for k in weights if (cap := caps[k]) is None or shares[k] < cap - 1e-9]
     if uncapped:
         level = shares[uncapped[0]] / weights[uncapped[0]]
         for key in uncapped:

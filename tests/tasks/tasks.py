@@ -51,3 +51,29 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 @task()
 def unstorable() -> set[int]:
     return {1, 2}
+
+
+@task()
+def exits(code: int) -> None:
+    raise SystemExit(code)
+
+
+@task()
+def calls_exit() -> None:
+    exit("the task called exit()")  # the builtin a script calls
+
+
+@task()
+def interrupted() -> None:
+    raise KeyboardInterrupt
+
+
+@task()
+async def exits_async() -> None:
+    await asyncio.sleep(0)
+    raise SystemExit(3)
+
+
+@task()
+def undecodable() -> bytes:
+    return b"\xff\xfe"

@@ -78,7 +78,7 @@ def test_resolve_task__wraps_async_tasks_in_async_handlers_once() -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    ["noop", "no_such_module.task", "tests.tasks.no_such_module.task", "tests.tasks.tasks.BoomError", "os.path"],
+    ["noop", "no_such_module.task", "tests.tasks.tasks.BoomError", "os.path", "not a.path"],
 )
 def test_resolve_task__kinds_that_are_not_tasks_give_none(kind: str) -> None:
     assert resolve_task(kind) is None

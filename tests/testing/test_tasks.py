@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from awa_django.testing import assert_enqueued, run_jobs
@@ -31,6 +32,12 @@ def test_tasks__sync_and_async_tasks_run_and_their_results_read_back():
     assert (str(added.status), added.return_value) == ("SUCCESSFUL", 5)  # type: ignore[comparison-overlap]
 
 
+# A task gets one attempt unless the backend's OPTIONS say more: this one needs two.
+@override_settings(
+    TASKS={
+        "default": {"BACKEND": "awa_django.backends.AwaBackend", "QUEUES": ["default"], "OPTIONS": {"MAX_ATTEMPTS": 2}}
+    }
+)
 def test_tasks__a_failing_attempt_is_retried_with_its_context():
     result = tasks.flaky.enqueue("x")
 

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from awa_django.states import JobState
 from tests.import_graph import PACKAGE_DIR
 
@@ -199,6 +201,7 @@ def test_supervisor_docstring__lists_every_task_the_worker_starts() -> None:
     assert listed == spawned
 
 
+@pytest.mark.subprocess
 def test_importing_the_models__loads_no_worker_code(tmp_path: Path) -> None:
     # A fresh interpreter with the app installed and nothing else that would import the worker.
     script = textwrap.dedent(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from argparse import ArgumentParser
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
@@ -17,9 +18,14 @@ from awa_django.conf import CAPACITY_SCOPES, AwaSettings, InvalidSettingsError, 
 from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.observability.endpoints import EndpointServer
+from awa_django.observability.probes import Probes, expected_migrations
 from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
+
+if TYPE_CHECKING:
+    from awa_django.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -167,15 +173,19 @@ class Command(BaseCommand):
             "--metrics-port",
             type=port,
             metavar="PORT",
-            help="serve this worker's Prometheus metrics on http://ADDR:PORT/metrics (default: AWA['METRICS_PORT']); "
-            "each worker process on a host needs its own port",
+            help="serve this worker's Prometheus metrics on http://ADDR:PORT/metrics (default: AWA['METRICS_PORT']), "
+            "with the /healthz and /readyz probes; each worker process on a host needs its own port",
+        )
+        parser.add_argument(
+            "--health-port",
+            type=port,
+            metavar="PORT",
+            help="serve the probes on http://ADDR:PORT/healthz (liveness: the event loop turns) and /readyz "
+            "(ready: started, not draining, database answering, migrations applied); ADDR is "
+            "AWA['METRICS_ADDR']; the metrics port serves them too",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from awa_django.models import Queue
-        from awa_django.registry import registry
-        from awa_django.worker import Worker, build_config
-
         command_settings()  # every bad AWA value as a CommandError, before anything starts
         self._configure_logging(options["verbosity"])
         queues = options["queues"]
@@ -188,6 +198,25 @@ class Command(BaseCommand):
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
         metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
+        probes = Probes(expected_migrations())
+        try:
+            health = probe_endpoints(metrics, options.get("health_port"), probes)
+        except ConfigurationError as exc:
+            metrics.close()
+            raise CommandError(str(exc)) from exc
+        try:
+            self._run(options, metrics, probes if metrics.endpoints is not None or health is not None else None)
+        finally:
+            metrics.close()
+            if health is not None:
+                health.close()
+
+    def _run(self, options: dict[str, Any], metrics: MetricsSink, probes: Probes | None) -> None:
+        from awa_django.models import Queue
+        from awa_django.registry import registry
+        from awa_django.worker import Worker, build_config
+
+        queues = options["queues"]
         alias = awa_settings().DATABASE_ALIAS
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic()
@@ -240,11 +269,9 @@ class Command(BaseCommand):
             )
         worker = Worker(config, metrics=metrics)
         try:
-            asyncio.run(worker.run())
+            asyncio.run(run_worker(worker, probes))
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
             pass
-        finally:
-            metrics.close()
         if worker.executor.sync_running:
             logging.getLogger("awa_django").warning(
                 "%d sync handler(s) still running in threads; exiting without waiting for them "
@@ -270,6 +297,36 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+
+
+def probe_endpoints(metrics: MetricsSink, health_port: int | None, probes: Probes) -> EndpointServer | None:
+    """Attach ``probes`` to the metrics port, if one is served; serve them on ``health_port`` too
+    (unless it is that same port). Returns the server this started, for the caller to close."""
+    if metrics.endpoints is not None:
+        metrics.endpoints.probes = probes
+        if health_port is None or health_port == metrics.endpoints.port:
+            return None
+    if health_port is None:
+        return None
+    server = EndpointServer(health_port, command_settings().METRICS_ADDR)
+    server.probes = probes
+    logger.info("serving probes addr=%s port=%s paths=/healthz,/readyz", server.addr, server.port)
+    return server
+
+
+async def run_worker(worker: Worker, probes: Probes | None) -> None:
+    """``worker.run()``, with the probes' loop beside it on the same event loop (so that liveness
+    measures that loop) for as long as the worker runs, draining included."""
+    if probes is None:
+        await worker.run()
+        return
+    watcher = asyncio.create_task(probes.run(worker), name="awa-probes")
+    try:
+        await worker.run()
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
