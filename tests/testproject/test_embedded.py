@@ -1,7 +1,7 @@
 """The embedded PostgreSQL's commands, on a private data directory (AWA_PGDATA), never the shared one.
 
 The bug these pin down: after a test run, ``python -m testproject.embedded stop`` printed nothing,
-exited 0 and left the server running, because pgserver's ``.handle_pids.json`` still listed killed
+exited 0 and left the server running, because the provider's ``.handle_pids.json`` still listed killed
 worker processes. Each test starts its own server (initdb included), so they are marked slow.
 """
 
@@ -70,13 +70,14 @@ def test_stop__after_a_test_run_with_killed_handle_holders__stops_and_says_so(da
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    # And the exact hole: a process that opened the server through pgserver and was killed, so its
+    # And the exact hole: a process that opened the server through the provider and was killed, so its
     # pid stays in .handle_pids.json forever.
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time, pgserver; pgserver.get_server(sys.argv[1], cleanup_mode=None);"
+            "import sys, time; from testproject import embedded;"
+            " embedded.import_provider().get_server(sys.argv[1], cleanup_mode=None);"
             " print('ready', flush=True); time.sleep(600)",
             str(data_dir),
         ],
