@@ -85,10 +85,19 @@ def _pure_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
-def connect_outside_django() -> psycopg.Connection[Any]:
-    """A fresh autocommit psycopg connection to the database Django's connection uses (the test DB)."""
+def connection_params(dbname: str | None = None) -> dict[str, Any]:
+    """psycopg.connect() keywords for the server Django's connection uses, password included (a
+    connection's ``info.dsn`` leaves it out), on the test database or on ``dbname``."""
     params = {k: v for k, v in connection.get_connection_params().items() if k not in _DJANGO_ONLY}
-    return psycopg.connect(**params, autocommit=True)
+    if dbname is not None:
+        params["dbname"] = dbname
+    return params
+
+
+def connect_outside_django(dbname: str | None = None) -> psycopg.Connection[Any]:
+    """A fresh autocommit psycopg connection to the database Django's connection uses (the test DB),
+    or to ``dbname`` on the same server."""
+    return psycopg.connect(**connection_params(dbname), autocommit=True)
 
 
 @pytest.fixture

@@ -14,12 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import override_settings
-from psycopg.conninfo import make_conninfo
 
 from awa_django.checks import check_routing
 from awa_django.models import Job
@@ -131,7 +129,8 @@ def manage(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.
 def test_sqlite_default__jobs_on_postgres__check_migrate_enqueue_worker_admin(
     tmp_path: Path, jobs_database: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "DATABASE_URL")}
+    # DATABASE_URL stays: the jobs database was made on that server (or on the embedded one).
+    env = {k: v for k, v in os.environ.items() if k != "AWA_DB_NAME"}
     env.update(DJANGO_SETTINGS_MODULE="testproject.settings_multidb", AWA_SQLITE_PATH=str(tmp_path / "app.sqlite3"),
                AWA_JOBS_DB=jobs_database, PYTHONUNBUFFERED="1")  # fmt: skip
 
@@ -158,9 +157,7 @@ def test_sqlite_default__jobs_on_postgres__check_migrate_enqueue_worker_admin(
         cwd=ROOT, env=env, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        with connect_outside_django() as base:
-            dsn = make_conninfo(base.info.dsn, dbname=jobs_database)
-        with psycopg.connect(dsn, autocommit=True) as jobs:
+        with connect_outside_django(jobs_database) as jobs:
             deadline = time.monotonic() + 60
             while True:
                 row = jobs.execute(

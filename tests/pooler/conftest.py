@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -33,7 +34,9 @@ def direct_url() -> str:
     """A libpq URL of a direct connection to the test database (for LISTEN_DATABASE_URL)."""
     params = connection.settings_dict
     host = str(params.get("HOST") or "")
-    user = str(params.get("USER") or "postgres")
+    # The password too, when the server asks for one (a DATABASE_URL server over TCP).
+    password = f":{quote(str(params['PASSWORD']), safe='')}" if params.get("PASSWORD") else ""
+    user = quote(str(params.get("USER") or "postgres"), safe="") + password
     if host.startswith("/"):
         return f"postgresql://{user}@/{params['NAME']}?host={host}" + (
             f"&port={params['PORT']}" if params.get("PORT") else ""

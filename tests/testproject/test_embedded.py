@@ -1,13 +1,14 @@
 """The embedded PostgreSQL's commands, on a private data directory (AWA_PGDATA), never the shared one.
 
 The bug these pin down: after a test run, ``python -m testproject.embedded stop`` printed nothing,
-exited 0 and left the server running, because pgserver's ``.handle_pids.json`` still listed killed
+exited 0 and left the server running, because the provider's ``.handle_pids.json`` still listed killed
 worker processes. Each test starts its own server (initdb included), so they are marked slow.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testproject import embedded
 from tests.harness import ROOT, wait_until
 
 
@@ -71,13 +73,14 @@ def test_stop__after_a_test_run_with_killed_handle_holders__stops_and_says_so(da
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    # And the exact hole: a process that opened the server through pgserver and was killed, so its
+    # And the exact hole: a process that opened the server through the provider and was killed, so its
     # pid stays in .handle_pids.json forever.
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time, pgserver; pgserver.get_server(sys.argv[1], cleanup_mode=None);"
+            "import sys, time; from testproject import embedded;"
+            " embedded.import_provider().get_server(sys.argv[1], cleanup_mode=None);"
             " print('ready', flush=True); time.sleep(600)",
             str(data_dir),
         ],
@@ -127,6 +130,59 @@ def test_url__points_a_project_at_the_embedded_server(data_dir: Path) -> None:
     assert check.returncode == 0, check.stderr
     assert check.stdout.split() == ["postgresql", "django.db.backends.postgresql", "awa"]
     assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_worker_started_while_the_server_is_not_ready__waits_for_it_then_runs(data_dir: Path) -> None:
+    # The provider asserts that a server it finds running is "ready"; one that is still starting
+    # (or, as here, standing by: with standby.signal and hot_standby off it accepts no connection
+    # and says "standby" in postmaster.pid until promoted) failed that
+    # assertion, and the worker exited 1. It must read as a database not ready yet, and be waited for.
+    env = _env(data_dir)
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
+    (data_dir / "standby.signal").touch()
+    # As the provider starts it (the socket only), and not accepting connections while standing by.
+    options = shlex.join(["-h", "", "-k", str(data_dir), "-c", "hot_standby=off"])
+    started = embedded.pg_ctl("-w", "-t", "120", "-l", str(data_dir / "log"), "-o", options, "start", data_dir=data_dir)
+    assert started.returncode == 0, started.stdout
+    assert "standby" in (data_dir / "postmaster.pid").read_text()
+
+    log = data_dir.parent / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "awa_worker", "-q", "standby", "--wait-for-database", "300"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: "database unavailable at startup" in log.read_text() or worker.poll() is not None,
+            timeout=120,
+            what="the worker to wait for the database",
+        )
+        assert worker.poll() is None, log.read_text()[-3000:]
+        assert "not ready yet" in log.read_text(), log.read_text()[-3000:]
+        promoted = embedded.pg_ctl("-w", "promote", data_dir=data_dir)
+        assert promoted.returncode == 0, promoted.stdout
+        wait_until(
+            lambda: "worker started" in log.read_text() or worker.poll() is not None,
+            timeout=120,
+            what="the worker to start once the server is ready",
+        )
+        assert worker.poll() is None, log.read_text()[-3000:]
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
 
 
 @pytest.mark.subprocess

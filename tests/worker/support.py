@@ -125,12 +125,18 @@ def state_counts() -> dict[str, int]:
     return {r["state"]: r["n"] for r in Job.objects.values("state").annotate(n=Count("id")).order_by()}
 
 
-def other_backends() -> int:
-    """Client sessions on the test database other than this one (worker connections)."""
+def backend_pids() -> set[int]:
+    """Backend pids of the client sessions on the test database other than this one."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
-        (count,) = cursor.fetchone()
-    return int(count)
+        return {int(pid) for (pid,) in cursor.fetchall()}
+
+
+def other_backends(excluding: set[int] | frozenset[int] = frozenset()) -> int:
+    """Client sessions on the test database other than this one (worker connections), leaving out
+    the backends in ``excluding`` (sessions that were there before, such as a pooler's idle
+    server connections kept from an earlier test)."""
+    return len(backend_pids() - excluding)

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from awa_django.models import Job
+from awa_django.models import Job, WorkerInstance
 from testproject.demo.models import Execution
 from tests.harness import wait_until
 from tests.skiprule import missing_dependency
@@ -41,6 +41,16 @@ WORKER_ARGS = (
 
 def _completed() -> int:
     return Job.objects.completed().count()
+
+
+def _wait_running(worker: SpawnedWorker) -> None:
+    """Until the worker has written its first snapshot: past Django's start, its signal handlers
+    installed and its pool open (a SIGTERM sooner would end the process before it could drain)."""
+    wait_until(
+        _tolerant(lambda: WorkerInstance.objects.filter(pid=worker.process.pid).exists()),
+        timeout=60,
+        what=f"worker pid {worker.process.pid} to write its first snapshot",
+    )
 
 
 def _kill(worker: SpawnedWorker) -> None:
@@ -73,6 +83,9 @@ def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_
     wait_until(lambda: _completed() >= 150, timeout=60, what="150 completed jobs")
     _kill(first)
     third = spawn(*args, name="third")
+    # The restart meets third running, not starting up (a start during a restart is
+    # tests/testproject/test_embedded.py's case): it must reconnect by itself.
+    _wait_running(third)
 
     wait_until(lambda: _completed() >= 400, timeout=60, what="400 completed jobs")
     try:
@@ -85,6 +98,7 @@ def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_
     _kill(second)
     assert _completed() < JOBS, "every job completed before the last kill: the run was too short"
     fourth = spawn(*args, name="fourth")
+    _wait_running(fourth)
 
     wait_until(_tolerant(lambda: _completed() == JOBS), timeout=120, what=f"{JOBS} completed jobs")
     for survivor in (third, fourth):

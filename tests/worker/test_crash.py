@@ -11,7 +11,7 @@ import pytest
 from awa_django.models import Job
 from testproject.demo.models import Execution
 from tests.harness import wait_until
-from tests.worker.support import Spawner, other_backends, state_counts
+from tests.worker.support import Spawner, backend_pids, other_backends, state_counts
 
 JOBS = 500
 WORKER_ARGS = ("-q", "crash", "--heartbeat-interval", "0.5", "--heartbeat-staleness", "3", "--poll-interval", "0.5")
@@ -27,6 +27,7 @@ def test_crash__sigkill_mid_run__new_worker_rescues_and_completes_every_job(spaw
             for _ in range(JOBS)
         ]
     )
+    before = backend_pids()  # sessions that are not the worker's (a pooler's idle server connections)
     first = spawn(*WORKER_ARGS, name="doomed")
 
     def busy() -> bool:
@@ -38,7 +39,7 @@ def test_crash__sigkill_mid_run__new_worker_rescues_and_completes_every_job(spaw
     first.wait_exit()
     # The dead worker's sessions end once Postgres notices; a statement it sent just before the kill
     # may still commit until then. After that the rows it left running are final.
-    wait_until(lambda: other_backends() == 0, timeout=60, what="the killed worker's sessions to end")
+    wait_until(lambda: other_backends(excluding=before) == 0, timeout=60, what="the killed worker's sessions to end")
     orphaned = set(Job.objects.running().values_list("id", flat=True))
     assert orphaned, "the kill left no job running: nothing to rescue"
     assert Job.objects.completed().count() < JOBS

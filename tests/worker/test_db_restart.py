@@ -7,12 +7,8 @@ restarts it once and always leaves it running). Skipped when DATABASE_URL points
 from __future__ import annotations
 
 import os
-import shlex
 import signal
-import subprocess
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,52 +17,22 @@ from django.db import connection
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
 from awa_django.models import Job
-from testproject.embedded import DATA_DIR
+from testproject import embedded
 from tests.harness import wait_until
 from tests.skiprule import missing_dependency
 from tests.worker.support import Spawner, state_counts
 
 JOBS = 2000
 WORKER_ARGS = ("-q", "restart", "--poll-interval", "0.5", "--heartbeat-interval", "1", "--heartbeat-staleness", "5")
-# The server runs as this OS user (pgserver starts it so when run as root).
-PG_USER = "pgserver"
-
-
-def _pg_ctl() -> Path:
-    import pgserver
-
-    return Path(pgserver.__file__).resolve().parent / "pginstall" / "bin" / "pg_ctl"
-
-
-def _run_pg_ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    """pg_ctl on the embedded data directory, as the server's user. Output goes to files: a
-    restarted postmaster inherits pg_ctl's stdout, so a pipe would never reach end-of-file."""
-    command = shlex.join([str(_pg_ctl()), "-D", str(DATA_DIR), *args])
-    with tempfile.TemporaryFile("w+") as out:
-        result = subprocess.run(  # the caller checks the code
-            ["su", PG_USER, "-s", "/bin/sh", "-c", command],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=180,
-        )
-        out.seek(0)
-        return subprocess.CompletedProcess(result.args, result.returncode, out.read())
 
 
 def _restart_server() -> None:
-    # Without -o, `restart` starts the server with the options of its previous run (postmaster.opts),
-    # so the socket directory and listen settings stay exactly as pgserver chose them.
-    result = _run_pg_ctl("-w", "-t", "120", "-l", str(DATA_DIR / "log"), "restart", "-m", "fast")
-    assert result.returncode == 0, result.stdout
+    # Under the provider's lock: a worker that starts meanwhile waits for the restart to finish.
+    embedded.restart()
 
 
 def _ensure_server_running() -> None:
-    if _run_pg_ctl("status").returncode == 0:
-        return
-    opts = shlex.join(["-h", "", "-k", str(DATA_DIR)])
-    result = _run_pg_ctl("-w", "-t", "120", "-l", str(DATA_DIR / "log"), "-o", opts, "start")
-    assert result.returncode == 0, result.stdout
+    embedded.socket_dir()
 
 
 def _tolerant(predicate: Callable[[], Any]) -> Callable[[], Any]:

@@ -9,6 +9,7 @@ it, starts the server only once the worker has logged that it has been waiting f
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import shutil
@@ -26,22 +27,26 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
+from testproject import embedded
 from tests.harness import ROOT, spawn_worker, wait_until
 from tests.worker.support import SpawnedWorker
 
-PG_USER = "pgserver"  # initdb and postgres refuse to run as root
+
+def _pg_user() -> str:
+    # initdb and postgres refuse to run as root: run them as the embedded provider's system user.
+    return embedded.ensure_server_user() or getpass.getuser()
+
+
 WAITED = re.compile(r"database unavailable at startup, retrying in [0-9.]+s .*waited=([0-9.]+)s")
 
 
 def _bin(name: str) -> str:
-    import pgserver
-
-    return str(Path(pgserver.__file__).resolve().parent / "pginstall" / "bin" / name)
+    return str(embedded.bin_dir() / name)
 
 
 def _as_pg_user(*command: str) -> None:
     result = subprocess.run(  # the arguments are this test's own paths and numbers
-        ["su", PG_USER, "-s", "/bin/sh", "-c", " ".join(f"'{c}'" for c in command)],
+        ["su", _pg_user(), "-s", "/bin/sh", "-c", " ".join(f"'{c}'" for c in command)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -60,7 +65,7 @@ class PrivateServer:
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="awa-startup-"))
-        shutil.chown(self.dir, PG_USER, PG_USER)
+        shutil.chown(self.dir, _pg_user(), _pg_user())
         self.data = self.dir / "data"
         self.port = _free_port()
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/awa_startup"
@@ -83,7 +88,7 @@ class PrivateServer:
 
     def remove(self) -> None:
         subprocess.run(  # stop it if a failed test left it running; the code does not matter
-            ["su", PG_USER, "-s", "/bin/sh", "-c", f"'{_bin('pg_ctl')}' -D '{self.data}' -m immediate stop"],
+            ["su", _pg_user(), "-s", "/bin/sh", "-c", f"'{_bin('pg_ctl')}' -D '{self.data}' -m immediate stop"],
             capture_output=True,
             timeout=60,
         )
