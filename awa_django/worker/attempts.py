@@ -65,7 +65,7 @@ class Attempts:
         host = self.host
         handed_to_writer = False
         try:
-            deadline = host.queue_deadline(job.queue)
+            deadline = job.timeout if job.timeout is not None else host.queue_deadline(job.queue)
             started = time.monotonic()
             with tracing.attempt_span(job) as span:
                 outcome = await self.executor.execute(job, context, deadline)
