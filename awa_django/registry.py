@@ -352,6 +352,9 @@ def job(
             raise RegistryError(f"job {kind!r}: {exc}") from None
         if spec is not None:
             _check_schedule_args(spec, check)
+        for declared in registry.schedules():  # declared with schedule() before the handler existed
+            if declared.kind == kind:
+                _check_schedule_args(declared, check)
         handler = registry.register(
             JobHandler(
                 kind,
@@ -366,9 +369,6 @@ def job(
         )
         if spec is not None:
             registry.add_schedule(spec)
-        for declared in registry.schedules():  # declared with schedule() before the handler existed
-            if declared.kind == kind:
-                _check_schedule_args(declared, check)
         return handler
 
     return decorator
