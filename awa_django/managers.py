@@ -188,8 +188,8 @@ class _Bulk:
             self._last_queue = queue
         args = spec.get("args")
         args_json = "{}" if type(args) is dict and not args else check_json_object("args", args, index)[1]
-        if args_check is not None:
-            args_check.check(kind, {} if args is None else args, index)
+        if args_check is not None and (problem := args_check.problem({} if args is None else args)) is not None:
+            raise args_check.error(kind, args or {}, problem, index)
         # The kind's defaults were validated when it registered; anything else is checked.
         priority = spec.get("priority", d_priority)
         if priority is not d_priority:

@@ -18,6 +18,7 @@ from awa_django.defaults import NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
 from awa_django.observability.sink import MetricsSink, load_sink
+from awa_django.observability.summary import SUMMARY_INTERVAL_DEFAULT, SummarySink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
 
@@ -170,6 +171,14 @@ class Command(BaseCommand):
             help="serve this worker's Prometheus metrics on http://ADDR:PORT/metrics (default: AWA['METRICS_PORT']); "
             "each worker process on a host needs its own port",
         )
+        parser.add_argument(
+            "--summary-interval",
+            type=seconds,
+            metavar="SECONDS",
+            default=SUMMARY_INTERVAL_DEFAULT,
+            help="at -v 1 and above, log what the worker did (per queue: completed, retried, failed, wait p50) "
+            f"every SECONDS while jobs run; nothing while idle (default: {SUMMARY_INTERVAL_DEFAULT:g})",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.models import Queue
@@ -188,6 +197,8 @@ class Command(BaseCommand):
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
         metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
+        if options["verbosity"] >= 1:
+            metrics = SummarySink(metrics, options["summary_interval"])
         alias = awa_settings().DATABASE_ALIAS
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic()
