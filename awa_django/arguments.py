@@ -103,7 +103,10 @@ class ArgsCheck:
     def of(cls, func: Callable[..., Any], *, takes_context: bool = False) -> ArgsCheck:
         """Read ``func``'s signature; with ``takes_context`` its first positional parameter is the
         context. Raises TypeError when the signature has no place for the context."""
-        signature = inspect.signature(func)
+        try:  # annotations as the code reads them, not as strings (``from __future__ import annotations``)
+            signature = inspect.signature(func, eval_str=True)
+        except Exception:
+            signature = inspect.signature(func)
         parameters = list(signature.parameters.values())
         context = None
         if takes_context:

@@ -149,7 +149,7 @@ def test_args_check__error_names_the_kind_the_names_and_the_signature(args: dict
 
     message = str(raised.value)
     assert expected in message
-    assert "'send_welcome'" in message and "send_welcome(user_id: 'int', note: 'str | None' = None)" in message
+    assert "'send_welcome'" in message and "send_welcome(user_id: int, note: str | None = None) -> None" in message
     assert message.startswith("job spec #4: ")
 
 

@@ -19,7 +19,7 @@ from awa_django.models import Job
 from awa_django.registry import JobHandler, RegistryError, job, registry, schedule
 
 KIND = "test_sig_welcome"
-SIGNATURE = "send_welcome(user_id: 'int', note: 'str' = '')"
+SIGNATURE = "send_welcome(user_id: int, note: str = '') -> None"
 
 
 @pytest.fixture
