@@ -18,7 +18,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from awa_django.exceptions import InvalidJobError
@@ -33,7 +33,6 @@ _SIMPLE: dict[Any, tuple[type, ...]] = {
     type(None): (type(None),),
     None: (type(None),),
 }
-_ABSENT = object()
 _NAMES = {int: "int", str: "str", bool: "bool", float: "float", list: "list", dict: "dict", type(None): "None"}
 
 
@@ -95,9 +94,11 @@ class ArgsCheck:
     never: str | None  # why no args dict at all can call it (a required positional-only parameter)
     tests: tuple[tuple[str, TypeTest], ...]  # (name, test) for the annotated parameters
     required_order: tuple[str, ...] = ()  # ``required`` as a tuple: looping it is the cheap test
+    tests_by_name: dict[str, TypeTest] = field(default_factory=dict)  # ``tests`` as a look-up
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "required_order", tuple(sorted(self.required)))
+        object.__setattr__(self, "tests_by_name", dict(self.tests))
 
     @classmethod
     def of(cls, func: Callable[..., Any], *, takes_context: bool = False) -> ArgsCheck:
@@ -180,10 +181,12 @@ class ArgsCheck:
         for name in self.required_order:
             if name not in args:
                 return f"missing required argument(s) {sorted(self.required - keys)}"
-        for name, test in self.tests:
-            value = args.get(name, _ABSENT)
-            if value is not _ABSENT and type(value) not in test.exact and not test.accepts(value):
-                return f"argument {name!r} is {type(value).__name__} {value!r:.80}, not {test.text}"
+        tests = self.tests_by_name
+        if tests:
+            for name, value in args.items():  # the args given: usually fewer than the parameters
+                test = tests.get(name)
+                if test is not None and type(value) not in test.exact and not test.accepts(value):
+                    return f"argument {name!r} is {type(value).__name__} {value!r:.80}, not {test.text}"
         return None
 
     def error(self, kind: str, args: Mapping[str, Any], problem: str, index: int | None = None) -> InvalidJobError:
