@@ -21,12 +21,16 @@ if TYPE_CHECKING:
         TerminalError,
         UniqueJobConflictError,
     )
-    from awa_django.registry import JobHandler, job, schedule
+    from awa_django.registry import JobCall, JobHandler, job, schedule
+    from awa_django.retry import Backoff, RuleError
     from awa_django.worker.context import JobContext
 
 # Each public name and the module that defines it.
 _PUBLIC = {
     "AwaError": "awa_django.exceptions",
+    "Backoff": "awa_django.retry",
+    "JobCall": "awa_django.registry",
+    "RuleError": "awa_django.retry",
     "Cancel": "awa_django.exceptions",
     "InvalidJobError": "awa_django.exceptions",
     "InvalidScheduleError": "awa_django.exceptions",
@@ -42,12 +46,15 @@ _PUBLIC = {
 
 __all__ = [
     "AwaError",
+    "Backoff",
     "Cancel",
     "InvalidJobError",
     "InvalidScheduleError",
+    "JobCall",
     "JobContext",
     "JobHandler",
     "RetryAfter",
+    "RuleError",
     "Snooze",
     "TerminalError",
     "UniqueJobConflictError",

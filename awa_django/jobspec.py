@@ -77,6 +77,20 @@ class JobRow(NamedTuple):
     unique_key: str | None
     unique_states: list[str] | None
 
+    def model_values(self) -> dict[str, Any]:
+        """The ``Job`` fields this spec sets, by attribute name (the database sets the rest)."""
+        return {
+            "kind": self.kind,
+            "queue": self.queue,
+            "args": self.args,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "metadata": self.metadata,
+            "tags": self.tags,
+            "unique_key": self.unique_key,
+            "unique_states": self.unique_states,
+        }
+
 
 def check_name(field: str, value: object, index: int | None) -> str:
     if not isinstance(value, str) or not value.strip():
@@ -325,12 +339,15 @@ class CopyLines:
     def __init__(self, now: datetime, metadata_json: str = "{}") -> None:
         self.now_text = now.isoformat()
         self.metadata_json = metadata_json  # what a job without its own metadata gets
-        self._plain_tail = self._tail(self.now_text, metadata_json, "{}", "\\N", "\\N")
+        self._plain_tail = self._tail(self.now_text, metadata_json, "{}", "\\N", "\\N", "\\N")
 
-    def _tail(self, run_at: str, metadata_json: str, tags: str, unique_key: str, unique_states: str) -> str:
-        # run_at, created_at, errors, metadata, tags, unique_key, unique_states, run_lease
+    def _tail(
+        self, run_at: str, metadata_json: str, tags: str, unique_key: str, unique_states: str, timeout: str
+    ) -> str:
+        # run_at, created_at, errors, metadata, tags, unique_key, unique_states, run_lease, timeout
         return (
-            f"\t{run_at}\t{self.now_text}\t[]\t{copy_json(metadata_json)}\t{tags}\t{unique_key}\t{unique_states}\t0\n"
+            f"\t{run_at}\t{self.now_text}\t[]\t{copy_json(metadata_json)}\t{tags}\t{unique_key}\t{unique_states}"
+            f"\t0\t{timeout}\n"
         )
 
     def line(
@@ -347,12 +364,21 @@ class CopyLines:
         tags: Sequence[str] = (),
         unique_key: str | None = None,
         unique_states: Sequence[str] | None = None,
+        timeout: str | None = None,
     ) -> str:
-        """One job as a COPY line; ``run_at`` None means now, ``metadata_json`` None the call's default."""
+        """One job as a COPY line; ``run_at`` None means now, ``metadata_json`` None the call's default,
+        ``timeout`` (an interval's text, seconds) None the queue's deadline."""
         # kind, queue, args, state, priority, attempt, max_attempts
         head = f"{copy_text(kind)}\t{copy_text(queue)}\t{copy_json(args_json)}\t{state}\t{priority}\t0\t{max_attempts}"
         plain_metadata = metadata_json is None or metadata_json == self.metadata_json
-        if run_at is None and plain_metadata and not tags and unique_key is None and unique_states is None:
+        if (
+            run_at is None
+            and plain_metadata
+            and not tags
+            and unique_key is None
+            and unique_states is None
+            and timeout is None
+        ):
             return head + self._plain_tail
         return head + self._tail(
             self.now_text if run_at is None else run_at.isoformat(),
@@ -360,9 +386,10 @@ class CopyLines:
             copy_array(tags),
             "\\N" if unique_key is None else unique_key,
             "\\N" if unique_states is None else copy_array(unique_states),
+            "\\N" if timeout is None else timeout,
         )
 
-    def row_line(self, row: JobRow, state: str) -> str:
+    def row_line(self, row: JobRow, state: str, timeout: str | None = None) -> str:
         """``line`` for a row ``build_row`` validated."""
         return self.line(
             row.kind,
@@ -376,4 +403,5 @@ class CopyLines:
             tags=row.tags,
             unique_key=row.unique_key,
             unique_states=row.unique_states,
+            timeout=timeout,
         )

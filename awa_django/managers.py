@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, models, transaction
 from django.utils import timezone
 
+from awa_django.arguments import ArgsCheck
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
     MAX_ATTEMPTS_DEFAULT,
@@ -40,7 +41,6 @@ from awa_django.jobspec import (
 )
 from awa_django.notices import notices
 from awa_django.observability import tracing
-from awa_django.observability.joblog import warn_unknown_kind
 from awa_django.registry import registry
 from awa_django.sql import statements
 from awa_django.states import JobState
@@ -67,11 +67,14 @@ __all__ = [
 
 
 class KindDefaults(NamedTuple):
-    """What an enqueue that leaves queue, priority or max_attempts out gets for a kind."""
+    """What an enqueue that leaves queue, priority or max_attempts out gets for a kind, and the
+    kind's own rules: its handler's argument check and its timeout (stored on the row)."""
 
     queue: str
     priority: int
     max_attempts: int
+    args_check: ArgsCheck | None = None
+    timeout: timedelta | None = None
 
 
 _PLAIN_DEFAULTS = KindDefaults(QUEUE_DEFAULT, PRIORITY_DEFAULT, MAX_ATTEMPTS_DEFAULT)
@@ -86,11 +89,18 @@ def kind_defaults(kind: object) -> KindDefaults:
     handler = registry.registered(kind) if isinstance(kind, str) else None
     if handler is None:
         return _PLAIN_DEFAULTS
-    return KindDefaults(handler.queue, handler.priority, handler.max_attempts)
+    timeout = None if handler.timeout is None else timedelta(seconds=handler.timeout)
+    return KindDefaults(handler.queue, handler.priority, handler.max_attempts, handler.args_check, timeout)
 
 
 _FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts"})
 _SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
+_DEFAULTED = ("queue", "priority", "max_attempts")  # the spec keys a kind's @job options fill in
+
+
+def _copy_interval(timeout: timedelta | None) -> str | None:
+    """A timeout as a COPY text-format interval (seconds), or None for NULL."""
+    return None if timeout is None else repr(timeout.total_seconds())
 
 
 def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -165,10 +175,9 @@ class _Bulk:
             if type(kind) is not str or kind not in self._kinds_ok:
                 kind = check_name("kind", kind, index)
                 self._kinds_ok.add(kind)
-                warn_unknown_kind(kind)
             self._defaults = self._kind_defaults(kind)
             self._last_kind = kind
-        d_queue, d_priority, d_max_attempts = self._defaults
+        d_queue, d_priority, d_max_attempts, args_check, timeout = self._defaults
         queue = spec.get("queue", d_queue)
         if queue is not self._last_queue:
             if queue is None:
@@ -179,6 +188,8 @@ class _Bulk:
             self._last_queue = queue
         args = spec.get("args")
         args_json = "{}" if type(args) is dict and not args else check_json_object("args", args, index)[1]
+        if args_check is not None and (problem := args_check.problem({} if args is None else args)) is not None:
+            raise args_check.error(kind, args or {}, problem, index)
         # The kind's defaults were validated when it registered; anything else is checked.
         priority = spec.get("priority", d_priority)
         if priority is not d_priority:
@@ -192,7 +203,11 @@ class _Bulk:
                 if max_attempts is None
                 else check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
             )
-        self.lines.append(self.copy.line(kind, queue, args_json, JobState.AVAILABLE, priority, max_attempts))
+        self.lines.append(
+            self.copy.line(
+                kind, queue, args_json, JobState.AVAILABLE, priority, max_attempts, timeout=_copy_interval(timeout)
+            )
+        )
 
     def _add_spec(self, index: int, spec: object) -> None:
         if not isinstance(spec, Mapping):
@@ -210,12 +225,13 @@ class _Bulk:
         options = dict(spec)
         if self.trace is not None:
             options["metadata"] = tracing.with_traceparent(options.get("metadata"))
-        if isinstance(options["kind"], str):
-            for key, value in self._kind_defaults(options["kind"])._asdict().items():
-                if options.get(key) is None:
-                    options[key] = value
+        defaults = self._kind_defaults(options["kind"]) if isinstance(options["kind"], str) else _PLAIN_DEFAULTS
+        for key in _DEFAULTED:
+            if options.get(key) is None:
+                options[key] = getattr(defaults, key)
         row = build_row(**options, now=self.now, index=index)
-        warn_unknown_kind(row.kind)
+        if defaults.args_check is not None:
+            defaults.args_check.check(row.kind, row.args, index)
         self.queues.add(row.queue)
         state = JobState.SCHEDULED if (row.run_at or self.now) > self.now else JobState.AVAILABLE
         if row.unique_key is not None:
@@ -225,7 +241,7 @@ class _Bulk:
                     raise UniqueJobConflictError(row.kind, [], row.unique_key, spec_index=index)
                 self._indexed.add(row.unique_key)
             self.unique_keys[row.unique_key] = (state, row.unique_states)
-        self.lines.append(self.copy.row_line(row, state))
+        self.lines.append(self.copy.row_line(row, state, timeout=_copy_interval(defaults.timeout)))
 
     def _kind_defaults(self, kind: str) -> KindDefaults:
         defaults = self.kinds.get(kind)
@@ -290,6 +306,8 @@ class JobManager(models.Manager["Job"]):
         ``queue``, ``priority`` and ``max_attempts`` left out (or None) are the kind's ``@job``
         options when it is registered, else ``"default"``, 2 and 25. A kind with no handler, or a
         queue no live worker serves, is logged once as a warning (see ``awa_django.notices``).
+        When the kind's handler is registered here, ``args`` must fit its signature
+        (``awa_django.arguments``); its ``timeout`` is stored on the row.
 
         Raises InvalidJobError before writing anything if an argument is invalid, and
         UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
@@ -306,7 +324,8 @@ class JobManager(models.Manager["Job"]):
             tags=tags,
             unique=unique,
         )
-        warn_unknown_kind(row.kind)
+        if defaults.args_check is not None:
+            defaults.args_check.check(row.kind, row.args)
         alias = self._alias()
         params: dict[str, Any] = {
             "kind": row.kind,
@@ -319,6 +338,7 @@ class JobManager(models.Manager["Job"]):
             "tags": row.tags,
             "unique_key": row.unique_key,
             "unique_states": row.unique_states,
+            "timeout": defaults.timeout,
         }
         inserted = _execute_prepared(alias, statements["insert_job"], params)
         if inserted is None:
@@ -327,20 +347,29 @@ class JobManager(models.Manager["Job"]):
                 cursor.execute(statements["find_unique_jobs"], {"keys": [row.unique_key]})
                 raise UniqueJobConflictError(row.kind, [r[0] for r in cursor.fetchall()], row.unique_key)
         job_id, state, run_at_db, created_at = inserted
-        values = {
-            "id": job_id, "kind": row.kind, "queue": row.queue, "args": row.args, "state": state,
-            "priority": row.priority, "attempt": 0, "max_attempts": row.max_attempts, "run_at": run_at_db,
-            "attempted_at": None, "heartbeat_at": None, "deadline_at": None, "finalized_at": None,
-            "created_at": created_at, "errors": [], "metadata": row.metadata, "tags": row.tags,
-            "progress": None, "result": None, "unique_key": row.unique_key,
-            "unique_states": row.unique_states, "run_lease": 0,
-        }  # fmt: skip
-        names = [field.attname for field in self.model._meta.concrete_fields]  # from_db wants model order
         from awa_django.inline import after_enqueue  # not at import: loading the models loads no runner
 
         after_enqueue(alias, [job_id])  # AWA["EXECUTION"] = "immediate": run it once this commits
         notices.after_enqueue(alias, (row.kind,), (row.queue,))
-        return self.model.from_db(alias, names, [values[name] for name in names])
+        return self._inserted(
+            alias,
+            row.model_values(),
+            id=job_id,
+            state=state,
+            run_at=run_at_db,
+            created_at=created_at,
+            timeout=defaults.timeout,
+        )
+
+    def _inserted(self, alias: str, values: dict[str, Any], **database: Any) -> Job:
+        """A row insert_job just wrote, as the model instance loaded from it: the spec's values,
+        what the database decided (``database``: id, state, run_at, created_at) and the model's
+        defaults for every other field, which are what a new row holds (insert_job writes them)."""
+        values.update(database)
+        fields = self.model._meta.concrete_fields  # from_db wants model order
+        names = [field.attname for field in fields]
+        row = [values[field.attname] if field.attname in values else field.get_default() for field in fields]
+        return self.model.from_db(alias, names, row)
 
     async def aenqueue(
         self,

@@ -72,6 +72,9 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = not unique
     unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
     run_lease = models.BigIntegerField(default=0)
+    timeout = models.DurationField(
+        null=True, blank=True, help_text="the kind's @job(timeout=): the attempt's deadline instead of the queue's"
+    )
 
     objects = JobManager.from_queryset(JobQuerySet)()
 

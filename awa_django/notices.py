@@ -7,7 +7,9 @@ Two mistakes look like success at enqueue time and only show up as jobs that nev
 - a queue no live worker serves (``Job.objects.enqueue("send_welcome", …)`` into ``default``
   while the only worker runs ``-q emails``): its jobs wait forever.
 
-Each is logged once per process, per kind and per queue, at WARNING. Which queues live workers
+Each is logged once per process, per kind and per queue, at WARNING: a kind on the
+``awa_django.enqueue`` logger (with ``kind`` in the record's extra), a queue on
+``awa_django.managers``. Which queues live workers
 serve comes from their ``WorkerInstance`` snapshots, read at most once per snapshot staleness
 window (``AwaSettings.worker_stale_after``) and only when a queue not yet known to be served
 is seen, so a steady stream of enqueues into served queues costs set lookups, not queries.
@@ -26,6 +28,8 @@ from django.apps import apps
 from django.db import DatabaseError, transaction
 
 logger = logging.getLogger("awa_django.managers")
+# The one warning about a kind with no handler (the enqueue API's own logger; structured: kind).
+kind_logger = logging.getLogger("awa_django.enqueue")
 
 
 class EnqueueNotices:
@@ -63,11 +67,13 @@ class EnqueueNotices:
             if kind in self._warned_kinds:
                 return
             self._warned_kinds.add(kind)
-        logger.warning(
+        kind_logger.warning(
             "enqueued a job of a kind with no registered handler kind=%s: a worker fails such jobs as an "
-            "unknown kind; register it with @job(%r, ...) in an installed app's jobs.py (logged once per kind)",
+            "unknown kind; check the spelling, or register it with @job(%r, ...) in an installed app's jobs.py "
+            "(ignore this if only your worker processes load that handler; logged once per kind)",
             kind,
             kind,
+            extra={"kind": kind, "outcome": "unknown_kind"},
         )
 
     def _check_queue(self, alias: str, queue: str) -> None:

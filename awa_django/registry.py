@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.utils.module_loading import autodiscover_modules
 
+from awa_django.arguments import ArgsCheck
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
-from awa_django.exceptions import AwaError
+from awa_django.exceptions import AwaError, InvalidJobError
 from awa_django.jobspec import build_row
+from awa_django.retry import DEFAULT_POLICY, Backoff, RetryPolicy, check_timeout, policy
+from awa_django.validation import brief
 
 if TYPE_CHECKING:
     from awa_django.managers import JobManager
@@ -31,9 +35,19 @@ class RegistryError(AwaError):
     pass
 
 
+# The options an enqueue takes besides its args: handler.using(...) accepts these names.
+ENQUEUE_OPTIONS = frozenset({"queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
+
+
 @dataclass(eq=False)
 class JobHandler:
-    """A registered handler: calling it calls the function; ``.enqueue(**args)`` enqueues a job."""
+    """A registered handler: calling it calls the function; ``.enqueue(**args)`` enqueues a job.
+
+    ``handler.enqueue(user_id=1)`` and ``await handler.aenqueue(user_id=1)`` take the call's own
+    arguments; enqueue options go through ``handler.using(queue=..., run_at=...)``, which returns
+    a ``JobCall`` with the same two methods. ``timeout`` (seconds) overrides the queue's deadline
+    for this kind; ``retry`` holds its ``retry_on`` / ``discard_on`` / ``backoff`` rules.
+    """
 
     kind: str
     func: Callable[..., Any]
@@ -41,25 +55,118 @@ class JobHandler:
     max_attempts: int = MAX_ATTEMPTS_DEFAULT
     priority: int = PRIORITY_DEFAULT
     takes_context: bool = False
+    timeout: float | None = None
+    retry: RetryPolicy = DEFAULT_POLICY
     is_async: bool = field(init=False)
+    # What the signature accepts, read once here; None where it cannot be read (a builtin, a
+    # callable without a signature, a context-taking signature without a positional parameter):
+    # such a handler's args are checked only by the worker, when it binds them.
+    args_check: ArgsCheck | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.func)
+        try:
+            self.args_check = ArgsCheck.of(self.func, takes_context=self.takes_context)
+        except (TypeError, ValueError):
+            self.args_check = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
-        options.setdefault("queue", self.queue)
-        options.setdefault("max_attempts", self.max_attempts)
-        options.setdefault("priority", self.priority)
-        return options
+    def using(self, **options: Any) -> JobCall:
+        """Enqueue options (queue, priority, run_at, max_attempts, metadata, tags, unique) for the
+        next ``.enqueue(**args)`` / ``.aenqueue(**args)``; InvalidJobError naming a bad one."""
+        return JobCall(self, {}).using(**options)
 
-    def enqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        return _jobs().enqueue(self.kind, args, **self._options(options))
+    def enqueue(self, *legacy: Any, **args: Any) -> Job:
+        """Enqueue a job of this kind with ``args`` as the handler's keyword arguments."""
+        if legacy:
+            return _legacy_call(self, legacy, args).enqueue()
+        return JobCall(self, {}).enqueue(**args)
 
-    async def aenqueue(self, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        return await _jobs().aenqueue(self.kind, args, **self._options(options))
+    async def aenqueue(self, *legacy: Any, **args: Any) -> Job:
+        """``enqueue`` for async code."""
+        if legacy:
+            return await _legacy_call(self, legacy, args, "aenqueue").aenqueue()
+        return await JobCall(self, {}).aenqueue(**args)
+
+
+@dataclass(frozen=True, eq=False)
+class JobCall:
+    """A handler and the enqueue options chosen with ``using``: ``.enqueue(**args)`` enqueues."""
+
+    handler: JobHandler
+    options: dict[str, Any]
+    legacy_args: dict[str, Any] | None = None  # the deprecated .enqueue(dict) form's args
+
+    def using(self, **options: Any) -> JobCall:
+        """These options on top of the ones already chosen (the later value of a name wins)."""
+        unknown = set(options) - ENQUEUE_OPTIONS
+        if unknown:
+            raise InvalidJobError(
+                "using",
+                sorted(unknown),
+                f"{self.handler.kind!r}: unknown enqueue option(s); use {', '.join(sorted(ENQUEUE_OPTIONS))} "
+                "(the job's own arguments go to .enqueue(**args))",
+            )
+        merged = {**self.options, **options}
+        build_row(self.handler.kind, **merged)  # the values refused now, where they are written
+        return JobCall(self.handler, merged)
+
+    def _call(self, args: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        handler = self.handler
+        options = dict(self.options)
+        options.setdefault("queue", handler.queue)
+        options.setdefault("max_attempts", handler.max_attempts)
+        options.setdefault("priority", handler.priority)
+        return handler.kind, (args if self.legacy_args is None else self.legacy_args), options
+
+    def _hint(self, args: dict[str, Any]) -> None:
+        """An enqueue option passed as a job argument: say where options go."""
+        check = self.handler.args_check
+        if self.legacy_args is not None or check is None or not args.keys() & ENQUEUE_OPTIONS:
+            return
+        problem = check.problem(args)
+        if problem is not None:
+            raise InvalidJobError(
+                "args",
+                args,
+                f"do not match the handler of {self.handler.kind!r}: {problem}; it is {check.text}. "
+                f"Enqueue options go through {self.handler.kind}.using("
+                f"{', '.join(f'{name}=...' for name in sorted(args.keys() & ENQUEUE_OPTIONS))}).enqueue(**args)",
+            )
+
+    def enqueue(self, **args: Any) -> Job:
+        self._hint(args)
+        kind, job_args, options = self._call(args)
+        return _jobs().enqueue(kind, job_args, **options)
+
+    async def aenqueue(self, **args: Any) -> Job:
+        self._hint(args)
+        kind, job_args, options = self._call(args)
+        return await _jobs().aenqueue(kind, job_args, **options)
+
+
+def _legacy_call(
+    handler: JobHandler, legacy: tuple[Any, ...], options: dict[str, Any], method: str = "enqueue"
+) -> JobCall:
+    """The deprecated ``handler.enqueue({"user_id": 1}, queue=...)``: one positional dict of args,
+    the keywords are enqueue options. Kept for one minor version, with a DeprecationWarning."""
+    if len(legacy) != 1 or not (legacy[0] is None or isinstance(legacy[0], Mapping)):
+        raise InvalidJobError(
+            "args",
+            legacy,
+            f"{handler.kind!r}: pass the job's arguments by name, handler.enqueue(user_id=1); "
+            "options go through handler.using(queue=...)",
+        )
+    warnings.warn(
+        f"{handler.kind}.{method}(dict, **options) is deprecated: pass the arguments by name, "
+        f"{handler.kind}.{method}(**args), and options through {handler.kind}.using(queue=..., ...).{method}(**args)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    call = JobCall(handler, {}).using(**options)
+    return JobCall(handler, call.options, dict(legacy[0] or {}))
 
 
 def _jobs() -> JobManager:
@@ -197,6 +304,10 @@ def job(
     missed: str = "coalesce",
     catch_up_limit: int = 100,
     paused: bool = False,
+    timeout: float | None = None,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    discard_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    backoff: Backoff | Callable[[int], float] | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandler]:
     """Register a handler for ``kind``. ``async def`` runs on the worker's loop, ``def`` in a thread.
 
@@ -206,8 +317,16 @@ def job(
     With ``cron``, the kind is also a periodic job: a schedule named ``kind`` fires it with
     ``args`` at each slot of ``cron`` in ``timezone`` (see ``schedule`` for the other options, and
     for several schedules of one kind).
+
+    Execution rules for the kind (``awa_django.retry``): ``timeout`` (seconds) overrides the
+    queue's deadline; an exception that is an instance of a ``discard_on`` class fails the job at
+    once, one of a ``retry_on`` class retries it (while attempts remain), any other follows the
+    default rule (retry while attempts remain); ``backoff`` is a ``Backoff`` curve or a callable
+    ``attempt -> seconds``. A bad value raises RuleError (a ValueError) here, at declaration.
     """
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
+    kind_timeout = check_timeout(kind, timeout)
+    rules = policy(kind, retry_on=retry_on, discard_on=discard_on, backoff=backoff)
     spec = None
     if cron is not None:
         spec = _schedule_spec(
@@ -227,6 +346,15 @@ def job(
         raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
+        try:
+            check = ArgsCheck.of(func, takes_context=takes_context)
+        except (TypeError, ValueError) as exc:
+            raise RegistryError(f"job {kind!r}: {exc}") from None
+        if spec is not None:
+            _check_schedule_args(spec, check)
+        for declared in registry.schedules():  # declared with schedule() before the handler existed
+            if declared.kind == kind:
+                _check_schedule_args(declared, check)
         handler = registry.register(
             JobHandler(
                 kind,
@@ -235,6 +363,8 @@ def job(
                 max_attempts=max_attempts,
                 priority=priority,
                 takes_context=takes_context,
+                timeout=kind_timeout,
+                retry=rules,
             )
         )
         if spec is not None:
@@ -242,6 +372,23 @@ def job(
         return handler
 
     return decorator
+
+
+def _check_schedule_args(spec: ScheduleSpec, check: ArgsCheck | None) -> None:
+    """A schedule's args against its kind's handler: InvalidScheduleError naming the mismatch."""
+    if check is None:
+        return
+    from awa_django.exceptions import InvalidScheduleError
+
+    problem = check.problem(spec.args)
+    if problem is not None:
+        raise InvalidScheduleError(
+            None,
+            None,
+            f"args {brief(spec.args)} do not match the handler of {spec.kind!r}: {problem}; it is {check.text}",
+            name=spec.name,
+            field="args",
+        )
 
 
 def _schedule_spec(
@@ -311,20 +458,21 @@ def schedule(
     """
     handler = kind if isinstance(kind, JobHandler) else registry._handlers.get(kind)
     kind_name = kind.kind if isinstance(kind, JobHandler) else kind
-    return registry.add_schedule(
-        _schedule_spec(
-            name,
-            kind_name,
-            cron,
-            timezone=timezone,
-            args=args,
-            queue=queue if queue is not None else handler.queue if handler else QUEUE_DEFAULT,
-            priority=priority if priority is not None else handler.priority if handler else PRIORITY_DEFAULT,
-            max_attempts=(
-                max_attempts if max_attempts is not None else handler.max_attempts if handler else MAX_ATTEMPTS_DEFAULT
-            ),
-            missed=missed,
-            catch_up_limit=catch_up_limit,
-            paused=paused,
-        )
+    spec = _schedule_spec(
+        name,
+        kind_name,
+        cron,
+        timezone=timezone,
+        args=args,
+        queue=queue if queue is not None else handler.queue if handler else QUEUE_DEFAULT,
+        priority=priority if priority is not None else handler.priority if handler else PRIORITY_DEFAULT,
+        max_attempts=(
+            max_attempts if max_attempts is not None else handler.max_attempts if handler else MAX_ATTEMPTS_DEFAULT
+        ),
+        missed=missed,
+        catch_up_limit=catch_up_limit,
+        paused=paused,
     )
+    if handler is not None:
+        _check_schedule_args(spec, handler.args_check)
+    return registry.add_schedule(spec)

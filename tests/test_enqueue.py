@@ -188,7 +188,7 @@ def test_job_handler_enqueue__options_override_the_handlers_defaults() -> None:
 
 @pytest.mark.django_db
 def test_job_handler_enqueue__future_run_at_is_scheduled() -> None:
-    job = handler("noop").enqueue(run_at=timezone.now() + timedelta(minutes=1))
+    job = handler("noop").using(run_at=timezone.now() + timedelta(minutes=1)).enqueue()
 
     assert Job.objects.get(pk=job.pk).state == JobState.SCHEDULED
 

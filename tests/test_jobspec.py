@@ -63,6 +63,7 @@ def test_line__a_plain_job_reads_back_as_written(kind: str, queue: str, args: di
         "unique_key": None,
         "unique_states": None,
         "run_lease": "0",
+        "timeout": None,
     }
     assert json.loads(got["args"] or "") == args
 

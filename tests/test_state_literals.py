@@ -30,6 +30,9 @@ NOT_STATES = {
         "available",
     ): "a capacity snapshot's free permits",
     ("awa_django/worker/snapshot.py", "QueueSnapshot.to_json", "available"): "a queue snapshot's free permits",
+    ("awa_django/observability/summary.py", "ALWAYS", "completed"): "an outcome label of the metrics (OUTCOMES)",
+    ("awa_django/observability/summary.py", "ALWAYS", "failed"): "an outcome label of the metrics (OUTCOMES)",
+    ("awa_django/observability/summary.py", "SOMETIMES", "cancelled"): "an outcome label of the metrics (OUTCOMES)",
     ("awa_django/worker/snapshot.py", "QueueSnapshot.from_json", "available"): "a queue snapshot's free permits",
 }
 

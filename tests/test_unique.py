@@ -63,7 +63,7 @@ def test_unique__args_key_order_does_not_matter() -> None:
 def test_unique__different_args_or_kind_are_different_jobs() -> None:
     Job.objects.enqueue("noop", {"user_id": 1}, unique=True)
     Job.objects.enqueue("noop", {"user_id": 2}, unique=True)
-    Job.objects.enqueue("sleep", {"user_id": 1}, unique=True)
+    Job.objects.enqueue("test_unique_other_kind", {"user_id": 1}, unique=True)  # no handler: any args
 
     assert Job.objects.count() == 3
 
@@ -237,7 +237,7 @@ def test_enqueue_many__conflict_with_an_existing_job_writes_nothing_and_names_it
 
     with pytest.raises(UniqueJobConflictError) as caught:
         Job.objects.enqueue_many(
-            [{"kind": "sleep", "args": {"n": 1}}, {"kind": "noop", "args": {"n": 1}, "unique": True}]
+            [{"kind": "test_unique_other_kind", "args": {"n": 1}}, {"kind": "noop", "args": {"n": 1}, "unique": True}]
         )
 
     assert caught.value.existing_ids == [existing.pk]

@@ -139,18 +139,20 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         for entry in reversed(errors):  # the latest first
             entry = entry if isinstance(entry, dict) else {"error": entry}
             traceback = entry.get("traceback")
+            rule = entry.get("rule")  # the kind's retry rule that decided (retry_on, discard_on, backoff)
             items.append(
                 (
                     entry.get("attempt", "?"),
                     entry.get("at", ""),
                     entry.get("error", ""),
+                    format_html('<div class="awa-muted awa-error-rule">rule: {}</div>', rule) if rule else "",
                     format_html('<pre class="awa-pre awa-traceback">{}</pre>', traceback) if traceback else "",
                 )
             )
         rows = format_html_join(
             "",
             '<li class="awa-error"><div><strong>attempt {}</strong> <span class="awa-muted">{}</span></div>'
-            '<div class="awa-error-message">{}</div>{}</li>',
+            '<div class="awa-error-message">{}</div>{}{}</li>',
             items,
         )
         return format_html('<ol class="awa-errors">{}</ol>', rows)

@@ -1,9 +1,9 @@
 """One log line per attempt outcome, on the ``awa_django.jobs`` logger.
 
 Levels: completed at DEBUG (with its duration); retried and snoozed at INFO; failed, cancelled,
-lost, rescued and an unregistered kind at WARNING, with the error. Every line carries structured
-``extra`` fields, so a JSON formatter or structlog gets them as keys: ``job_id``, ``kind``,
-``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
+lost and rescued at WARNING, with the error (a job failed for a kind with no handler says so).
+Every line carries structured ``extra`` fields, so a JSON formatter or structlog gets them as
+keys: ``job_id``, ``kind``, ``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
 ``sink.OUTCOMES``), and where they apply ``error`` and ``delay_s``. The message repeats them as
 ``key=value`` for plain-text logs.
 
@@ -115,32 +115,3 @@ def report_outcome(
             delay_s=outcome.delay if name in ("retried", "snoozed") else None,
             note=note,
         )
-
-
-_checked_kinds: set[str] = set()
-
-
-def warn_unknown_kind(kind: str) -> None:
-    """At enqueue: say once per process per kind that no handler here is registered for it.
-
-    Only a hint (WARNING, once): a kind may be registered only in the worker processes' apps. The
-    must is at the worker, where such a job fails with a WARNING line naming the kind and the fix.
-    Costs one set lookup per enqueue after the first of each kind.
-    """
-    if kind in _checked_kinds:
-        return
-    from awa_django.registry import registry
-
-    _checked_kinds.add(kind)
-    if kind in registry or next(iter(registry), None) is None:
-        return  # known, or no registry loaded in this process (nothing to compare with)
-    if registry.get(kind) is not None:
-        return  # a resolver (Django tasks) knows it
-    logging.getLogger("awa_django.enqueue").warning(
-        "enqueued a job of kind %r, but no handler is registered for it in this process; a worker without "
-        "one fails it: check the spelling, or register it with @job(%r) in an installed app's jobs.py "
-        "(ignore this if only your worker processes load that handler)",
-        kind,
-        kind,
-        extra={"kind": kind, "outcome": "unknown_kind"},
-    )

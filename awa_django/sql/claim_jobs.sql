@@ -1,6 +1,7 @@
 -- claim_jobs: mark up to %(limit)s available, due jobs of one queue running, and return them.
 -- Parameters: queue (text), limit (int: never more than the permits the dispatcher holds),
---   deadline (interval or NULL: the queue's deadline, sets deadline_at), after_run_at_1..4
+--   deadline (interval or NULL: the queue's deadline; a row's own timeout, its kind's @job(timeout=),
+--   overrides it in deadline_at), after_run_at_1..4
 --   (timestamptz) and after_id_1..4 (bigint): per priority lane 1..4, the (run_at, id) the lane's
 --   scan starts after; NULL starts the lane at its front (worker/lanes.py keeps them). Scalars, not
 --   two arrays: binding and subscripting arrays cost a claim about a tenth of its time.
@@ -33,7 +34,8 @@
 -- Each claim starts a new attempt: attempt + 1, and run_lease + 1, which every later write of this
 --   attempt must match.
 -- Returns the ClaimedJob fields: run_at (where the lane cursor moves to), then the seconds the job
---   waited from due (run_at) to this claim, by the database's clock (the wait-time metric).
+--   waited from due (run_at) to this claim, by the database's clock (the wait-time metric), then
+--   the row's timeout in seconds (NULL: the queue's deadline applies).
 WITH picked AS (
     SELECT id FROM (
         SELECT id FROM (
@@ -101,7 +103,7 @@ SET state = 'running',
     run_lease = j.run_lease + 1,
     attempted_at = now(),
     heartbeat_at = now(),
-    deadline_at = now() + %(deadline)s::interval
+    deadline_at = now() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited
+    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout

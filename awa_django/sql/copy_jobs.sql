@@ -4,5 +4,5 @@
 -- trigger NOTIFYs each queue once.
 COPY awa_job (
     kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    errors, metadata, tags, unique_key, unique_states, run_lease
+    errors, metadata, tags, unique_key, unique_states, run_lease, timeout
 ) FROM STDIN

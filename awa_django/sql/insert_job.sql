@@ -1,6 +1,7 @@
 -- insert_job: insert one job (Job.objects.enqueue), in the caller's transaction.
 -- Parameters: kind, queue, args (json text), priority, max_attempts, run_at (NULL = now),
---   metadata (json text), tags (text[]), unique_key (NULL = not unique), unique_states (text[]).
+--   metadata (json text), tags (text[]), unique_key (NULL = not unique), unique_states (text[]),
+--   timeout (interval, NULL = the queue's deadline: the kind's @job(timeout=)).
 -- The state is decided by the database clock: a run_at in the future is 'scheduled'.
 -- Uniqueness: the partial unique index awa_job_unique_key_uniq; ON CONFLICT DO NOTHING keeps the
 --   caller's transaction healthy (a concurrent inserter of the same key makes this wait until it
@@ -8,14 +9,15 @@
 -- Wake-up: the statement trigger awa_job_notify_insert NOTIFYs the queue at commit.
 INSERT INTO awa_job (
     kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    errors, metadata, tags, unique_key, unique_states, run_lease
+    errors, metadata, tags, unique_key, unique_states, run_lease, timeout
 )
 VALUES (
     %(kind)s::varchar, %(queue)s::varchar, %(args)s::jsonb,
     CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
     %(priority)s::smallint, 0, %(max_attempts)s::smallint,
     COALESCE(%(run_at)s::timestamptz, now()), now(),
-    '[]'::jsonb, %(metadata)s::jsonb, %(tags)s::varchar[], %(unique_key)s::varchar, %(unique_states)s::varchar[], 0
+    '[]'::jsonb, %(metadata)s::jsonb, %(tags)s::varchar[], %(unique_key)s::varchar, %(unique_states)s::varchar[], 0,
+    %(timeout)s::interval
 )
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY(unique_states) DO NOTHING
 RETURNING id, state, run_at, created_at

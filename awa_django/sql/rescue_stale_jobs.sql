@@ -21,7 +21,9 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
     run_lease = j.run_lease + 1,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'error', CASE WHEN j.deadline_at < now()
+        'error', CASE WHEN j.deadline_at < now() AND j.timeout IS NOT NULL
+                      THEN 'deadline exceeded: the job ran past its kind''s timeout'
+                      WHEN j.deadline_at < now()
                       THEN 'deadline exceeded: the job ran past its queue''s deadline'
                       ELSE 'rescued: the worker stopped heartbeating (crashed or lost its connection)' END,
         'attempt', j.attempt,

@@ -51,6 +51,8 @@ class Attempts:
     async def _run_job(self, job: ClaimedJob, context: JobContext, permit: Permit, deadline: float | None) -> None:
         handed_to_writer = False
         try:
+            if job.timeout is not None:  # the kind's own timeout overrides the queue's deadline
+                deadline = job.timeout
             started = time.monotonic()
             with tracing.attempt_span(job) as span:
                 outcome = await self.executor.execute(job, context, deadline)

@@ -30,6 +30,8 @@ class ClaimedJob:
     run_at: datetime | None = None  # the claim's lane cursor moves to (run_at, id)
     # Seconds from due (run_at) to this claim, by the database clock; None where not measured.
     waited: float | None = None
+    # The kind's @job(timeout=) stored on the row, in seconds: the attempt's deadline instead of the queue's.
+    timeout: float | None = None
 
 
 class _Described(Protocol):

@@ -31,22 +31,21 @@ from django.db import close_old_connections
 
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
+from awa_django.retry import DEFAULT_BACKOFF, DEFAULT_POLICY
 from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.storable import escape_json, find_problem
 
-MAX_BACKOFF = 24 * 3600.0
+MAX_BACKOFF = DEFAULT_BACKOFF.cap
 TRACEBACK_LIMIT = 20_000
 # A sync handler cancelled by the stopping worker gets this long to return with its real outcome.
 SYNC_CANCEL_GRACE = 1.0
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
-    """Seconds before retry: 2^attempt plus up to 25 % jitter, at most 24 hours."""
-    base = 2.0 ** min(attempt, 32)
-    jitter = (rng or random).uniform(0, 0.25 * base)
-    return min(base + jitter, MAX_BACKOFF)
+    """Seconds before retry by default: 2^attempt plus up to 25 % jitter, at most 24 hours."""
+    return DEFAULT_BACKOFF(attempt, rng)
 
 
 def error_entry(job: ClaimedJob, error: str, exc: BaseException | None = None) -> dict[str, Any]:
@@ -226,7 +225,10 @@ class Executor:
         return Outcome(JobState.COMPLETED, result=text)
 
     def _retry_or_fail(self, job: ClaimedJob, error: str, exc: BaseException) -> Outcome:
+        """The kind's retry rules (``awa_django.retry``) decide; the entry names a rule that did."""
+        handler = self.registry.get(job.kind)
+        decision = (handler.retry if handler is not None else DEFAULT_POLICY).decide(exc, job.attempt, job.max_attempts)
         entry = error_entry(job, error, exc)
-        if job.attempt >= job.max_attempts:
-            return Outcome(JobState.FAILED, error=entry)
-        return Outcome(JobState.RETRYABLE, delay=backoff(job.attempt), error=entry)
+        if decision.rule is not None:
+            entry["rule"] = escape_json(decision.rule)  # a backoff's error text may hold anything
+        return Outcome(decision.state, delay=decision.delay, error=entry)

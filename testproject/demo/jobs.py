@@ -19,8 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 @job("noop")
-async def noop() -> None:
-    """Does nothing: for throughput measurements and smoke tests."""
+async def noop(**args: object) -> None:
+    """Does nothing, with any args: for throughput measurements and smoke tests."""
 
 
 @job("sleep")

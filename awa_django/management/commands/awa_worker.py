@@ -21,6 +21,7 @@ from awa_django.management.arguments import port, positive_int, seconds, seconds
 from awa_django.observability.endpoints import EndpointServer
 from awa_django.observability.probes import Probes, expected_migrations
 from awa_django.observability.sink import MetricsSink, load_sink
+from awa_django.observability.summary import SUMMARY_INTERVAL_DEFAULT, SummarySink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
 
@@ -184,6 +185,14 @@ class Command(BaseCommand):
             "(ready: started, not draining, database answering, migrations applied); ADDR is "
             "AWA['METRICS_ADDR']; the metrics port serves them too",
         )
+        parser.add_argument(
+            "--summary-interval",
+            type=seconds,
+            metavar="SECONDS",
+            default=SUMMARY_INTERVAL_DEFAULT,
+            help="at -v 1 and above, log what the worker did (per queue: completed, retried, failed, wait p50) "
+            f"every SECONDS while jobs run; nothing while idle (default: {SUMMARY_INTERVAL_DEFAULT:g})",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         command_settings()  # every bad AWA value as a CommandError, before anything starts
@@ -198,6 +207,8 @@ class Command(BaseCommand):
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
         metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
+        if options["verbosity"] >= 1:
+            metrics = SummarySink(metrics, options["summary_interval"])
         probes = Probes(expected_migrations())
         try:
             health = probe_endpoints(metrics, options.get("health_port"), probes)

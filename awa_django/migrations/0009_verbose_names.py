@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('awa', '0007_job_autovacuum'),
+        ('awa', '0008_job_timeout'),
     ]
 
     operations = [
