@@ -17,7 +17,9 @@ them twice in turn, in alternating order (floor first on odd repetitions, worker
 
 Both rates are N over the database's own span, from the first claim (``min(attempted_at)``) to the
 last completion (``max(finalized_at)``): no process start-up, no polling delay in it. The worker's
-rate including its start-up (spawn to the last completion) is printed beside it.
+rate including its start-up (spawn to the last completion) is printed beside it, and its CPU time
+per job from 10 % of the jobs completed to the end (``/proc``): steadier than a rate on a busy
+machine. ``--via SCRIPT`` starts the worker as ``python SCRIPT manage.py awa_worker ...``.
 
 The database is ``awa_bench_floor`` on the embedded server (or DATABASE_URL's server). The machine
 is shared: read the medians and the median of the paired ratios, not a single repetition.
@@ -42,10 +44,11 @@ QUEUE = "bench"
 WORKER_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "awa_bench_floor_worker.log"
 
 
-def setup() -> None:
+def setup(db_name: str = DB_NAME) -> None:
+    """Create (once) and migrate the bench's database; this process then uses it."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    os.environ["AWA_DB_NAME"] = DB_NAME
+    os.environ["AWA_DB_NAME"] = db_name
     import psycopg
 
     from bench.mvcc import conninfo
@@ -53,8 +56,8 @@ def setup() -> None:
 
     admin = dict(settings.DATABASES["default"])
     with psycopg.connect(**conninfo(admin, "postgres"), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-            conn.execute(f"CREATE DATABASE {DB_NAME}")  # a constant of this module
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db_name]).fetchone():
+            conn.execute(f"CREATE DATABASE {db_name}")  # a constant of a bench module
     import django
 
     django.setup()
@@ -86,9 +89,9 @@ def fill(n: int) -> None:
         conn.execute("VACUUM ANALYZE awa_job")
 
 
-def span_rate(n: int) -> float:
-    """n over the database's span from the first claim to the last completion, after checking that
-    every job completed exactly once (attempt 1)."""
+def span_seconds(n: int) -> float:
+    """The database's span from the first claim to the last completion, after checking that every
+    one of the n jobs completed exactly once (attempt 1)."""
     with connect() as conn:
         done, once, span = conn.execute(
             "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE attempt = 1), "
@@ -96,7 +99,12 @@ def span_rate(n: int) -> float:
         ).fetchone()
     if done != n or once != n:
         raise SystemExit(f"expected {n} jobs completed once, found {done} completed and {once} with attempt 1")
-    return n / float(span)
+    return float(span)
+
+
+def span_rate(n: int) -> float:
+    """n over ``span_seconds``."""
+    return n / span_seconds(n)
 
 
 def floor_once(n: int, connections: int, batch: int) -> float:
@@ -154,21 +162,40 @@ def updates(conn: Any) -> int:
     return int(count)
 
 
-def worker_once(n: int, extra: list[str]) -> tuple[float, float]:
-    """Drain the n jobs with one awa_worker; (span rate, rate from spawn to the last completion)."""
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_once(
+    n: int, extra: list[str], via: str | None = None, queues: list[str] | None = None
+) -> tuple[float, float, float]:
+    """Drain the n jobs with one awa_worker: (span rate, rate from spawn to the last completion,
+    the worker's CPU µs per job from 10 % of the jobs completed to the end, start-up left out).
+    ``queues`` None serves the bench queue (``-q bench``), [] every configured queue."""
     with connect() as conn:
         before = updates(conn)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AWA_DB_NAME=DB_NAME)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # AWA_DB_NAME: set by setup()
+    served = [QUEUE] if queues is None else queues
     with open(WORKER_LOG, "ab") as log:
         spawned = time.time()
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", QUEUE, *extra],
+            [
+                sys.executable,
+                *([via] if via else []),
+                str(ROOT / "manage.py"),
+                "awa_worker",
+                *[a for q in served for a in ("-q", q)],
+                *extra,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + max(120.0, n / 200)
+        mark: tuple[float, int] | None = None  # (CPU seconds, jobs completed) once 10 % are
         with connect() as conn:
             while True:
                 if proc.poll() is not None:
@@ -176,11 +203,17 @@ def worker_once(n: int, extra: list[str]) -> tuple[float, float]:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"the worker did not drain {n} jobs in time; see {WORKER_LOG}")
                 # The statistics counter (a claim and a completion per job) says when to count.
-                if updates(conn) - before >= 2 * n:
+                moved = updates(conn) - before
+                if mark is None and moved >= 0.2 * n:
+                    cpu = cpu_seconds(proc.pid)
+                    (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
+                    mark = (cpu, int(done))
+                if moved >= 2 * n:
                     (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
                     if done >= n:
                         break
                 time.sleep(0.2)
+            cpu = cpu_seconds(proc.pid)
             (last,) = conn.execute("SELECT extract(epoch FROM max(finalized_at)) FROM awa_job").fetchone()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -189,7 +222,9 @@ def worker_once(n: int, extra: list[str]) -> tuple[float, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return span_rate(n), n / (float(last) - spawned)
+    assert mark is not None
+    per_job = (cpu - mark[0]) / max(n - mark[1], 1) * 1e6
+    return span_rate(n), n / (float(last) - spawned), per_job
 
 
 def main() -> None:
@@ -199,6 +234,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=2, help="floor: connections, one thread each")
     parser.add_argument("--batch", type=int, default=50, help="floor: jobs per claim")
     parser.add_argument(
+        "--via",
+        metavar="SCRIPT",
+        help="start the worker as `python SCRIPT manage.py awa_worker ...` (a profiler or a patching wrapper)",
+    )
+    parser.add_argument(
         "--worker-arg", action="append", default=[], help="an extra awa_worker argument (repeat for several)"
     )
     args = parser.parse_args()
@@ -207,6 +247,7 @@ def main() -> None:
     workers: list[float] = []
     with_startup: list[float] = []
     ratios: list[float] = []
+    cpu_per_job: list[float] = []
     for rep in range(args.reps):
         order = ("floor", "worker") if rep % 2 == 0 else ("worker", "floor")
         got: dict[str, float] = {}
@@ -215,14 +256,15 @@ def main() -> None:
             if which == "floor":
                 got["floor"] = floor_once(args.jobs, args.connections, args.batch)
             else:
-                got["worker"], startup = worker_once(args.jobs, args.worker_arg)
+                got["worker"], startup, per_job = worker_once(args.jobs, args.worker_arg, args.via)
                 with_startup.append(startup)
+                cpu_per_job.append(per_job)
         floors.append(got["floor"])
         workers.append(got["worker"])
         ratios.append(got["worker"] / got["floor"])
         print(
             f"  rep {rep + 1} ({order[0]} first): floor={got['floor']:,.0f}/s worker={got['worker']:,.0f}/s "
-            f"(with start-up {with_startup[-1]:,.0f}/s) ratio={ratios[-1]:.2f}",
+            f"(with start-up {with_startup[-1]:,.0f}/s, {cpu_per_job[-1]:.0f} µs CPU/job) ratio={ratios[-1]:.2f}",
             file=sys.stderr,
             flush=True,
         )
@@ -233,6 +275,7 @@ def main() -> None:
           f"{statistics.median(floors):,.0f} |")  # fmt: skip
     print(f"| awa_worker (first claim to last completion) | {statistics.median(workers):,.0f} |")
     print(f"| awa_worker (from spawn) | {statistics.median(with_startup):,.0f} |")
+    print(f"| awa_worker CPU per job, 10-100 % (µs) | {statistics.median(cpu_per_job):.0f} |")
     print(f"| worker ÷ floor (median of the paired ratios) | {statistics.median(ratios):.2f} |")
 
 
