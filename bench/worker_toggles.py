@@ -15,7 +15,10 @@ alternated, on the same jobs. ``AWA_TOGGLES`` is a comma-separated list of:
 - ``noname``: attempt tasks created without a per-job name;
 - ``gc``: ``gc.freeze()`` after start-up and a gen-0 threshold of 50,000;
 - ``nojson``: jsonb columns returned as text (what skipping the decode of args/metadata saves);
-- ``noshield``: the attempt awaits its write's future directly, without ``asyncio.shield``.
+- ``noshield``: the attempt awaits its write's future directly, without ``asyncio.shield``;
+- ``nolook``: no look-behind (its window look runs every 0.05 s; without it a job made available
+  behind a lane cursor is never found, so only for runs where none is, like the pickup one);
+- ``nogc``: the cyclic garbage collector off for the whole run.
 
 Every other argument is passed to ``manage.py`` as is.
 """
@@ -115,6 +118,14 @@ def apply(toggles: set[str]) -> None:
             await run(self)
 
         supervisor.Worker.run = run_frozen  # type: ignore[method-assign]
+
+    if "nolook" in toggles:
+        from awa_django.worker import lookbehind
+
+        lookbehind.WINDOW_LOOK_EVERY = lookbehind.FULL_LOOK_EVERY = 1e9
+
+    if "nogc" in toggles:
+        gc.disable()
 
     if "nojson" in toggles:
         import psycopg
