@@ -169,11 +169,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def worker_once(
-    n: int, extra: list[str], via: str | None = None, queues: list[str] | None = None
+    n: int, extra: list[str], via: str | None = None, queues: list[str] | None = None, timeout: float | None = None
 ) -> tuple[float, float, float]:
     """Drain the n jobs with one awa_worker: (span rate, rate from spawn to the last completion,
     the worker's CPU µs per job from 10 % of the jobs completed to the end, start-up left out).
-    ``queues`` None serves the bench queue (``-q bench``), [] every configured queue."""
+    ``queues`` None serves the bench queue (``-q bench``), [] every configured queue; ``timeout``
+    None allows max(120 s, n / 200 s)."""
     with connect() as conn:
         before = updates(conn)
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # AWA_DB_NAME: set by setup()
@@ -194,7 +195,7 @@ def worker_once(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + max(120.0, n / 200)
+        deadline = time.monotonic() + (max(120.0, n / 200) if timeout is None else timeout)
         mark: tuple[float, int] | None = None  # (CPU seconds, jobs completed) once 10 % are
         with connect() as conn:
             while True:

@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--global-max", type=int, default=50)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one drain may take")
     parser.add_argument("--allocator-only", action="store_true", help="only the second table (no database)")
     args = parser.parse_args()
     modes = {"hard-reserved": [], "weighted": ["--global-max-workers", str(args.global_max)]}
@@ -99,7 +100,7 @@ def main() -> None:
             order = list(modes) if rep % 2 == 0 else list(modes)[::-1]
             for mode in order:
                 fill(names)
-                rate, from_spawn, per_job = floor.worker_once(args.queues, modes[mode], queues=[])
+                rate, from_spawn, per_job = floor.worker_once(args.queues, modes[mode], queues=[], timeout=args.timeout)
                 spans[mode].append(args.queues / rate)
                 spawned[mode].append(args.queues / from_spawn)
                 cpu[mode].append(per_job)
