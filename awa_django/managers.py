@@ -2,8 +2,9 @@
 
 Every path validates its input completely before anything is written, and writes on Django's
 own connection, so a job joins the caller's transaction: commit and it exists, roll back and it
-never did. Available jobs wake idle workers through a NOTIFY sent by a statement trigger, which
-Postgres delivers at commit, once per queue per transaction.
+never did. Available jobs wake idle workers through a NOTIFY, sent by a row trigger (by
+``enqueue_many`` itself for its COPY), which Postgres delivers at commit, once per queue per
+transaction.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from awa_django.jobspec import (
 from awa_django.notices import notices
 from awa_django.observability import tracing
 from awa_django.registry import registry
-from awa_django.sql import statements
+from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
-from awa_django.validation import brief, to_json
+from awa_django.validation import UnstorableValueError, brief, storable_json, to_json
 
 if TYPE_CHECKING:
     from awa_django.models import Job
@@ -144,8 +145,9 @@ class _Bulk:
 
     The common spec (a dict of kind, args and maybe queue, priority, max_attempts) takes a short
     path with the same rules: a name already checked in this call is not checked again, a run of
-    one kind looks its defaults up once, and the line shares its tail (``CopyLines``). Any other
-    spec goes through ``build_row``, like ``enqueue``.
+    one kind looks its defaults up once, and the line is its args' JSON between a head and a tail
+    that ``CopyLines`` wrote once per (kind, queue, priority, max_attempts). Any other spec goes
+    through ``build_row``, like ``enqueue``.
     """
 
     def __init__(self, now: datetime) -> None:
@@ -156,6 +158,8 @@ class _Bulk:
         self.unique_keys: dict[str, tuple[str, list[str]]] = {}  # key: (state, unique_states)
         self.kinds: dict[str, KindDefaults] = {}  # each kind's defaults, looked up once per call
         self.queues: set[str] = set()
+        self.available_queues: set[str] = set()  # the queues end_copy_jobs NOTIFYs
+        self._frames: dict[tuple[str, str, int, int], tuple[str, str]] = {}  # a plain line around its args
         self._indexed: set[str] = set()  # unique keys of this call that the partial unique index covers
         self._kinds_ok: set[str] = set()
         self._last_kind: object = _UNSEEN  # the previous short-path spec's kind and queue
@@ -185,9 +189,16 @@ class _Bulk:
             if type(queue) is not str or queue not in self.queues:
                 queue = check_name("queue", queue, index)
                 self.queues.add(queue)
+            self.available_queues.add(queue)
             self._last_queue = queue
         args = spec.get("args")
-        args_json = "{}" if type(args) is dict and not args else check_json_object("args", args, index)[1]
+        if type(args) is dict:  # check_json_object's rule, without its Mapping check and copy
+            try:
+                args_json = storable_json(args) if args else "{}"
+            except UnstorableValueError as exc:
+                raise InvalidJobError("args", args, exc.reason, index=index) from None
+        else:
+            args_json = check_json_object("args", args, index)[1]
         if args_check is not None and (problem := args_check.problem({} if args is None else args)) is not None:
             raise args_check.error(kind, args or {}, problem, index)
         # The kind's defaults were validated when it registered; anything else is checked.
@@ -203,11 +214,24 @@ class _Bulk:
                 if max_attempts is None
                 else check_int("max_attempts", max_attempts, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, index)
             )
-        self.lines.append(
-            self.copy.line(
+        if timeout is not None:  # the kind's timeout is in the line: no shared frame
+            line = self.copy.line(
                 kind, queue, args_json, JobState.AVAILABLE, priority, max_attempts, timeout=_copy_interval(timeout)
             )
-        )
+            self.lines.append(line)
+            return
+        frame = self._frames.get((kind, queue, priority, max_attempts))
+        if frame is None:
+            frame = self._frame(kind, queue, priority, max_attempts)
+        # copy_json, inlined: JSON text needs only its backslashes doubled for COPY.
+        self.lines.append(frame[0] + (args_json.replace("\\", "\\\\") if "\\" in args_json else args_json) + frame[1])
+
+    def _frame(self, kind: str, queue: str, priority: int, max_attempts: int) -> tuple[str, str]:
+        """A plain job's COPY line before and after its args: CopyLines' line around a NUL, which no
+        args JSON text holds (storable_json refuses it) and COPY escaping leaves as it is."""
+        head, tail = self.copy.line(kind, queue, "\x00", JobState.AVAILABLE, priority, max_attempts).split("\x00")
+        self._frames[(kind, queue, priority, max_attempts)] = (head, tail)
+        return head, tail
 
     def _add_spec(self, index: int, spec: object) -> None:
         if not isinstance(spec, Mapping):
@@ -234,6 +258,8 @@ class _Bulk:
             defaults.args_check.check(row.kind, row.args, index)
         self.queues.add(row.queue)
         state = JobState.SCHEDULED if (row.run_at or self.now) > self.now else JobState.AVAILABLE
+        if state == JobState.AVAILABLE:
+            self.available_queues.add(row.queue)
         if row.unique_key is not None:
             assert row.unique_states is not None
             if state in row.unique_states:
@@ -422,9 +448,15 @@ class JobManager(models.Manager["Job"]):
                 connection.wrap_database_errors,
             ):
                 raw = cursor.cursor  # the psycopg cursor under Django's wrapper, for COPY
+                # The insert trigger would NOTIFY once per row: between these two, it is off and
+                # end_copy_jobs NOTIFYs each queue once (migration 0009).
+                cursor.execute(statements["begin_copy_jobs"])
                 for start in range(0, len(rows), COPY_BATCH_SIZE):
                     with raw.copy(statements["copy_jobs"]) as copy:
                         copy.write("".join(rows[start : start + COPY_BATCH_SIZE]))
+                cursor.execute(
+                    statements["end_copy_jobs"], {"channel": JOBS_CHANNEL, "queues": sorted(bulk.available_queues)}
+                )
         except IntegrityError as exc:
             diag = getattr(exc.__cause__, "diag", None)
             if keys and getattr(diag, "constraint_name", None) == UNIQUE_CONSTRAINT:

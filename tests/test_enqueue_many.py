@@ -238,3 +238,30 @@ def test_enqueue_many__plain_spec_errors_name_the_index_and_write_nothing(bad: d
 
     assert caught.value.index == 3 and caught.value.field == field
     assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("spec_extra", [{}, {"queue": "elsewhere"}, {"priority": 1}, {"tags": ["t"]}])
+def test_enqueue_many__stores_the_kinds_timeout_on_every_row_whichever_path_the_spec_takes(
+    spec_extra: dict[str, object],
+) -> None:
+    """A plain spec takes the shared-line path, one with tags the full one: both keep the kind's
+    ``@job(timeout=)``, and a kind without one stays NULL, in one call."""
+    from datetime import timedelta
+
+    from awa_django.registry import job, registry
+
+    @job("test_bulk_timeout", timeout=7)
+    def timed() -> None: ...
+
+    @job("test_bulk_untimed")
+    def untimed() -> None: ...
+
+    try:
+        specs = [{"kind": "test_bulk_timeout", **spec_extra}, {"kind": "test_bulk_untimed", **spec_extra}] * 3
+        assert Job.objects.enqueue_many(specs) == 6
+        timeouts = {(j.kind, j.timeout) for j in Job.objects.all()}
+        assert timeouts == {("test_bulk_timeout", timedelta(seconds=7)), ("test_bulk_untimed", None)}
+    finally:
+        registry.unregister("test_bulk_timeout")
+        registry.unregister("test_bulk_untimed")

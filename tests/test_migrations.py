@@ -104,3 +104,25 @@ def test_sqlmigrate__notify_migration_is_reversible() -> None:
         "awa_notify_queue_changed",
     ):
         assert dropped in backwards
+
+
+@pytest.mark.django_db
+def test_triggers__job_insert_trigger_is_a_row_trigger_on_available_rows() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'awa_job_notify_insert'")
+        (definition,) = cursor.fetchone()
+
+    assert "AFTER INSERT ON public.awa_job FOR EACH ROW" in definition
+    assert "'available'" in definition and "awa.notify_by_caller" in definition
+
+
+@pytest.mark.django_db
+def test_sqlmigrate__row_trigger_migration_restores_the_statement_trigger_backwards() -> None:
+    out = StringIO()
+
+    call_command("sqlmigrate", "awa", "0010", "--backwards", stdout=out)
+
+    backwards = out.getvalue()
+    assert "DROP FUNCTION awa_notify_job_available()" in backwards
+    assert "REFERENCING NEW TABLE AS awa_new_jobs" in backwards
+    assert "FOR EACH STATEMENT EXECUTE FUNCTION awa_notify_jobs_inserted()" in backwards

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from awa_django import managers
+from awa_django.exceptions import UniqueJobConflictError
 from awa_django.models import Job, Queue
 from awa_django.sql import QUEUES_CHANNEL
 from tests.conftest import Listener, connect_outside_django
@@ -116,3 +117,39 @@ def test_notify__queue_changes_notify_the_queues_channel(transactional_db: Any) 
         payloads = [n.payload for n in conn.notifies(timeout=10, stop_after=3)]
 
     assert payloads == ["emails", "emails", "emails"]
+
+
+def test_notify__multi_row_sql_insert_notifies_each_queue_once(listener: Listener) -> None:
+    with connect_outside_django() as conn:
+        conn.execute(
+            "INSERT INTO awa_job (kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at, "
+            "errors, metadata, tags, run_lease) "
+            "SELECT 'noop', 'sql' || (g % 3), '{}', 'available', 2, 0, 25, now(), now(), '[]', '{}', '{}', 0 "
+            "FROM generate_series(1, 300) AS g"
+        )
+
+    assert sorted(listener.drain()) == ["sql0", "sql1", "sql2"]
+
+
+def test_notify__inserts_after_enqueue_many_in_the_same_transaction_still_notify(listener: Listener) -> None:
+    with transaction.atomic():
+        Job.objects.enqueue_many([{"kind": "noop", "queue": "bulk"}])
+        Job.objects.create(kind="noop", queue="orm")
+        Job.objects.enqueue("noop", queue="single")
+
+    assert sorted(listener.drain()) == ["bulk", "orm", "single"]
+
+
+def test_notify__a_failed_enqueue_many_leaves_the_trigger_on_for_the_transaction(listener: Listener) -> None:
+    Job.objects.enqueue("noop", queue="taken", unique=True)
+    listener.drain()
+
+    with transaction.atomic():
+        with pytest.raises(UniqueJobConflictError):
+            Job.objects.enqueue_many(
+                [{"kind": "noop", "queue": "bulk"}, {"kind": "noop", "queue": "taken", "unique": True}]
+            )
+        Job.objects.create(kind="noop", queue="orm")
+
+    assert listener.drain() == ["orm"]
+    assert not Job.objects.filter(queue="bulk").exists()

@@ -6,7 +6,7 @@
 -- Uniqueness: the partial unique index awa_job_unique_key_uniq; ON CONFLICT DO NOTHING keeps the
 --   caller's transaction healthy (a concurrent inserter of the same key makes this wait until it
 --   commits or rolls back), and an empty result means a duplicate exists.
--- Wake-up: the statement trigger awa_job_notify_insert NOTIFYs the queue at commit.
+-- Wake-up: the row trigger awa_job_notify_insert NOTIFYs an available job's queue at commit.
 INSERT INTO awa_job (
     kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     errors, metadata, tags, unique_key, unique_states, run_lease, timeout
