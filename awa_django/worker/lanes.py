@@ -102,6 +102,11 @@ class LaneCursors:
             params[f"after_id_{lane}"] = None if start is None else start[1]
         return params
 
+    @property
+    def live(self) -> Sequence[Key | None]:
+        """Each lane's cursor, lane 1 first (None: no claim has moved it), not copied: read only."""
+        return self._cursor
+
     def looking(self) -> list[tuple[int, Key]]:
         """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
         return [(lane + 1, key) for lane, key in enumerate(self._cursor) if key is not None]

@@ -450,7 +450,14 @@ class Runners(Mapping[str, QueueRunner]):
 
     def looking(self) -> list[tuple[str, int, Key]]:
         """(queue, priority, cursor) of every lane with a cursor, for the look-behind."""
-        return [(name, priority, key) for name, runner in self._runners.items() for priority, key in runner.looking()]
+        # Called 20 times a second by the window look: with 1,000 idle queues, a call per runner and
+        # a list per lane set was 15 % of an idle worker's CPU, so the cursors are read here directly.
+        return [
+            (name, lane, key)
+            for name, runner in self._runners.items()
+            for lane, key in enumerate(runner._lanes.live, 1)
+            if key is not None
+        ]
 
     def found_behind(self, queue: str, priority: int, key: tuple[datetime, int]) -> None:
         runner = self._runners.get(queue)
