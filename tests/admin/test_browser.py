@@ -37,6 +37,7 @@ if not (CHROMIUM and CHROMEDRIVER):
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason=missing_dependency("the selenium package", 'pip install -e ".[dev]"')
 )
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
@@ -74,6 +75,18 @@ def screenshot(driver: Any, name: str) -> Path:
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return path
+
+
+def unswapped(driver: Any, read: Any, timeout: float = 15) -> Any:
+    """``read(driver)``, retried while the live refresh replaces the element it reads (stale)."""
+    result: list[Any] = []
+
+    def attempt(d: Any) -> bool:
+        result[:] = [read(d)]
+        return True
+
+    WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(attempt)
+    return result[0]
 
 
 def wait_for(driver: Any, css: str, timeout: float = 15) -> Any:
@@ -160,11 +173,15 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             # The dashboard: the chart, the queues, the live worker; and it refreshes itself.
             driver.get(f"{live_server.url}/admin/awa/queue/dashboard/")
             wait_for(driver, "svg.awa-chart rect.awa-bar-completed")
-            assert driver.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed")
-            body = driver.find_element(By.ID, "awa-dashboard").text
+            # The page refreshes itself every few seconds, replacing the nodes a read may be holding:
+            # each read is retried when the refresh swapped its element away mid-read.
+            assert unswapped(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed"))
+            body = unswapped(driver, lambda d: d.find_element(By.ID, "awa-dashboard").text)
             assert "emails: Weighted(min 2, weight 5, overflow held " in body  # held varies while it polls
             assert f"{worker.hostname}:{worker.pid}" in body
-            stamp = driver.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
+            stamp = unswapped(
+                driver, lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
+            )
             WebDriverWait(driver, 15).until(
                 lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text != stamp
             )
