@@ -62,6 +62,14 @@ TEMPLATES = [
 WSGI_APPLICATION = None
 
 if os.environ.get("DATABASE_URL"):
+    _url = os.environ["DATABASE_URL"]
+    if not _url.startswith(("postgres://", "postgresql://", "pgsql://")) or any(c.isspace() for c in _url):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={_url!r} is not one PostgreSQL URL; set it to "
+            "postgresql://USER:PASSWORD@HOST:PORT/NAME, or unset it to use the embedded server"
+        )
     DATABASES = {"default": env.db("DATABASE_URL")}
 else:
     from testproject.embedded import database_settings
