@@ -47,3 +47,8 @@ POOL_SIZE_DEFAULT: Final = 4
 MAX_TAGS_DEFAULT: Final = 32
 SNAPSHOT_INTERVAL_MAX: Final = 5.0  # a worker writes its snapshot every min(HEARTBEAT_INTERVAL, this) seconds
 SNAPSHOTS_MISSED_BEFORE_STALE: Final = 3  # a worker whose snapshot is older than this many intervals is not live
+
+# Fair keys inside a queue (awa_django.concurrency.keys): jobs without a key share the default key.
+FAIR_KEY_DEFAULT: Final = ""
+FAIR_KEY_MAX_LENGTH: Final = 128
+KEY_WEIGHT_DEFAULT: Final = 1  # a key's share of its queue's slots, when no FairKey row says otherwise

@@ -6,6 +6,7 @@
 - ``ClusterSettings`` and ``WorkerCapacity``: capacity scope "cluster": the one global maximum,
   and each worker's part of it.
 - ``Schedule``: a periodic job.
+- ``FairKey``: one fairness key's weight and cap inside a queue, overriding the queue's defaults.
 - ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
 """
 
@@ -20,6 +21,9 @@ from django.utils import timezone
 
 from awa_django.cron import CATCH_UP_LIMIT_DEFAULT, CATCH_UP_LIMIT_MAX
 from awa_django.defaults import (
+    FAIR_KEY_DEFAULT,
+    FAIR_KEY_MAX_LENGTH,
+    KEY_WEIGHT_DEFAULT,
     MAX_ATTEMPTS_DEFAULT,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
@@ -75,6 +79,13 @@ class Job(models.Model):
     timeout = models.DurationField(
         null=True, blank=True, help_text="the kind's @job(timeout=): the attempt's deadline instead of the queue's"
     )
+    fair_key = models.CharField(
+        max_length=FAIR_KEY_MAX_LENGTH,
+        default=FAIR_KEY_DEFAULT,
+        db_default=FAIR_KEY_DEFAULT,
+        blank=True,
+        help_text="the queue's slots are shared fairly between keys (e.g. tenant:42); empty = the default key",
+    )
 
     objects = JobManager.from_queryset(JobQuerySet)()
 
@@ -86,6 +97,16 @@ class Job(models.Model):
                 fields=["queue", "priority", "run_at", "id"],
                 condition=Q(state=JobState.AVAILABLE),
                 name="awa_job_available_idx",
+            ),
+            # The keyed claim: one key's due jobs in claim order.
+            models.Index(
+                fields=["queue", "fair_key", "priority", "run_at", "id"],
+                condition=Q(state=JobState.AVAILABLE),
+                name="awa_job_key_available_idx",
+            ),
+            # A capped key's running count (at most its cap entries are read).
+            models.Index(
+                fields=["queue", "fair_key"], condition=Q(state=JobState.RUNNING), name="awa_job_key_running_idx"
             ),
             # rescue_stale_jobs: running rows by heartbeat, and by deadline.
             models.Index(fields=["heartbeat_at"], condition=Q(state=JobState.RUNNING), name="awa_job_running_hb_idx"),
@@ -160,12 +181,25 @@ class Queue(models.Model):
         blank=True,
         help_text="An available job waiting this long moves up one priority level; empty = never.",
     )
+    key_weight = models.PositiveIntegerField(
+        default=KEY_WEIGHT_DEFAULT, help_text="Each fairness key's share of this queue's slots, unless a key row says."
+    )
+    key_max_running = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many jobs of one fairness key run at once, across every worker; empty = unlimited.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         db_table = "awa_queue"
         ordering = ["name"]
         constraints = [
+            models.CheckConstraint(condition=Q(key_weight__gte=1), name="awa_queue_key_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(key_max_running__isnull=True) | Q(key_max_running__gte=1),
+                name="awa_queue_key_max_running_positive",
+            ),
             models.CheckConstraint(condition=Q(max_workers__gte=1), name="awa_queue_max_workers_positive"),
             models.CheckConstraint(condition=Q(min_workers__gte=0), name="awa_queue_min_workers_non_negative"),
             models.CheckConstraint(condition=Q(weight__gte=1), name="awa_queue_weight_positive"),
@@ -179,6 +213,45 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class FairKey(models.Model):
+    """One fairness key's weight and cap inside a queue; keys without a row take the queue's defaults.
+
+    Running workers apply changes on the same reload as ``Queue`` rows. Keys need no row to be
+    used: a job's ``fair_key`` is enough.
+    """
+
+    queue = models.CharField(max_length=NAME_MAX_LENGTH)
+    key = models.CharField(max_length=FAIR_KEY_MAX_LENGTH, blank=True, help_text="empty = the default key")
+    weight = models.PositiveIntegerField(
+        null=True, blank=True, help_text="This key's share of the queue's slots; empty = the queue's key weight."
+    )
+    max_running = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many of this key's jobs run at once, across every worker; empty = the queue's cap.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "awa_fair_key"
+        ordering = ["queue", "key"]
+        verbose_name = "fairness key"
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "key"], name="awa_fair_key_queue_key_uniq"),
+            models.CheckConstraint(condition=~Q(queue=""), name="awa_fair_key_queue_not_empty"),
+            models.CheckConstraint(
+                condition=Q(weight__isnull=True) | Q(weight__gte=1), name="awa_fair_key_weight_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_running__isnull=True) | Q(max_running__gte=1),
+                name="awa_fair_key_max_running_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.key or '(default key)'}"
 
 
 class ConcurrencyMode(models.TextChoices):
@@ -304,6 +377,13 @@ class Schedule(models.Model):
     timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Paris")
     args = models.JSONField(default=dict, blank=True)
     queue = models.CharField(max_length=NAME_MAX_LENGTH, default=QUEUE_DEFAULT)
+    fair_key = models.CharField(
+        max_length=FAIR_KEY_MAX_LENGTH,
+        default=FAIR_KEY_DEFAULT,
+        db_default=FAIR_KEY_DEFAULT,
+        blank=True,
+        help_text="the fired jobs' fairness key; empty = the default key",
+    )
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
     max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
     missed = models.CharField(max_length=16, choices=MissedPolicy.choices, default=MissedPolicy.COALESCE)

@@ -14,6 +14,8 @@ from awa_django.models import Job, Queue
 # write the state as a literal so the planner can match these predicates.
 PARTIAL_INDEXES = {
     "awa_job_available_idx": ("(queue, priority, run_at, id)", "((state)::text = 'available'::text)"),
+    "awa_job_key_available_idx": ("(queue, fair_key, priority, run_at, id)", "((state)::text = 'available'::text)"),
+    "awa_job_key_running_idx": ("(queue, fair_key)", "((state)::text = 'running'::text)"),
     "awa_job_running_hb_idx": ("(heartbeat_at)", "((state)::text = 'running'::text)"),
     "awa_job_running_dl_idx": ("(deadline_at)", "((state)::text = 'running'::text)"),
     "awa_job_pending_run_at_idx": (
