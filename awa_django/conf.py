@@ -392,6 +392,12 @@ class AwaSettings:
         coerce=_as_float,
     )
     LISTEN: bool = setting(True, _flag, "LISTEN for wake-ups; `False`: the worker polls every `POLL_INTERVAL`")
+    GC_FREEZE: bool = setting(
+        True,
+        _flag,
+        "`awa_worker` moves its start-up objects out of the garbage collector's reach (`gc.freeze`) and "
+        "collects young objects every 50,000 allocations, not 700; `False` leaves Python's collector as it is",
+    )
     METRICS: str = setting(
         "none",
         _metrics,

@@ -4,8 +4,10 @@ At enqueue, ``with_traceparent`` stores the current span's W3C ``traceparent`` (
 ``tracestate``) in the job's metadata; at run time, ``attempt_span`` runs each attempt in a span
 whose parent is that context (so the run shares the enqueuing request's trace id) and which links
 to it, with the job's attributes. Without OpenTelemetry both are free: ``with_traceparent`` returns
-its argument and ``attempt_span`` a null context. With the API but no SDK configured, the spans are
-OpenTelemetry's no-op spans and nothing is stored (no span is valid).
+its argument and ``attempt_span`` a null context. With the API but no SDK configured (the global
+tracer provider is still the API's proxy or its no-op provider) ``attempt_span`` is a null context
+too, checked per attempt, so a provider set later is picked up: building the API's no-op span per job
+cost about a fifth of the worker's per-job Python (bench/README.md, the profile).
 
 Sync handlers run in worker threads without the span as their current context: a handler that
 wants child spans starts them from ``context.metadata["traceparent"]``.
@@ -21,7 +23,7 @@ from awa_django.states import JobState
 
 try:
     from opentelemetry import trace as _trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed: propagation is off, at no cost
     _trace = None  # type: ignore[assignment]
@@ -57,12 +59,29 @@ def with_traceparent(metadata: Any) -> Any:
     return {**(metadata or {}), **(current_trace() or {})}
 
 
-@contextlib.contextmanager
-def attempt_span(job: ClaimedJob) -> Iterator[Any]:
-    """A span around one attempt (the CONSUMER side of the enqueue), or None without OpenTelemetry."""
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def spans_recorded() -> bool:
+    """Whether a tracer provider that records spans is configured (an SDK's, or any but the API's own)."""
     if _trace is None:
-        yield None
-        return
+        return False
+    # The API returns its proxy only while no provider is set (in code or by environment variable),
+    # and the proxy's tracers are no-op ones until then.
+    return not isinstance(_trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider))
+
+
+def attempt_span(job: ClaimedJob) -> contextlib.AbstractContextManager[Any]:
+    """A span around one attempt (the CONSUMER side of the enqueue), or a null context (None) when
+    no span would be recorded."""
+    if not spans_recorded():
+        return _NO_SPAN
+    return _recorded_span(job)
+
+
+@contextlib.contextmanager
+def _recorded_span(job: ClaimedJob) -> Iterator[Any]:
+    assert _trace is not None
     parent = None
     links = None
     metadata = job.metadata

@@ -44,7 +44,8 @@ class Attempts:
     def start(self, job: ClaimedJob, permit: Permit, deadline: float | None) -> None:
         """Run a claimed job on its permit, within ``deadline`` seconds (None: no deadline)."""
         context = JobContext(job)
-        task = asyncio.create_task(self._run_job(job, context, permit, deadline), name=f"awa-job-{job.id}")
+        # No per-job task name (8 % of the per-job Python in a drain): in_flight maps ids to tasks.
+        task = asyncio.create_task(self._run_job(job, context, permit, deadline))
         self.in_flight[job.id] = InFlight(job, context, task)
         self.metrics.job_started(job.queue, job.kind, job.waited)
 
@@ -67,11 +68,13 @@ class Attempts:
             written = self.completer.submit(job, outcome, context.progress_json, permit if thread is None else None)
             handed_to_writer = thread is None
             try:
-                stored = await asyncio.shield(written)
+                stored = await written
             except asyncio.CancelledError:
-                if not self.stop.forced:  # the row is still being written: keep the task until it is
+                # Cancelled while the row is still being written (awaiting the future cancelled it
+                # too): keep the task until the write is answered, unless the stop is forced.
+                if not self.stop.forced and written.cancelled():
                     with contextlib.suppress(asyncio.CancelledError):
-                        await written
+                        await self.completer.until_written(job.id)
                 raise
             report_outcome(self.metrics, self.registry, job, outcome, ran, stored)
             if thread is not None:

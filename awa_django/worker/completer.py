@@ -81,6 +81,7 @@ class _Finished:
     progress: str | None  # JSON text, None keeps the stored progress
     permit: Permit | None
     future: asyncio.Future[bool] = field(repr=False)
+    answered: bool = False
 
 
 class Completer:
@@ -88,6 +89,11 @@ class Completer:
         self.pool = pool
         self.hand_over = hand_over
         self._pending: list[_Finished] = []
+        self._batch: list[_Finished] = []  # the batch being written
+        # Attempts whose await of their future was cancelled (the worker stopping) while the row
+        # was still on its way: job id -> a future answered with the write, like the first was.
+        self._late: dict[int, asyncio.Future[bool]] = {}
+        self._stopped = False
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -110,6 +116,21 @@ class Completer:
     def pending(self) -> int:
         return len(self._pending)
 
+    def until_written(self, job_id: int) -> asyncio.Future[bool]:
+        """A future answered when the job's submitted outcome is written or refused (cancelled if
+        the writer stops first), for an attempt whose own future was cancelled while it waited: the
+        attempts await their futures without ``asyncio.shield`` (5 % of the per-job Python), so a
+        cancelled attempt cancels its future, and waits for the write through this instead."""
+        late = asyncio.get_running_loop().create_future()
+        waiting = any(entry.job.id == job_id and not entry.answered for entry in (*self._batch, *self._pending))
+        if not waiting:
+            late.set_result(True)  # answered already (its future was cancelled, so unanswered there)
+        elif self._stopped:
+            late.cancel()
+        else:
+            self._late[job_id] = late
+        return late
+
     async def wait_idle(self) -> None:
         """Until everything submitted so far is written."""
         await self._idle.wait()
@@ -121,6 +142,7 @@ class Completer:
                 self._wake.clear()
                 while self._pending:
                     batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                    self._batch = batch
                     try:
                         await self._flush(batch)
                     except Exception:  # a bug, not a refused value (those are handled in _flush)
@@ -135,11 +157,15 @@ class Completer:
                 self._idle.set()
         finally:
             # Stopped (the worker closing): nobody waits on a write that will never come.
-            pending, self._pending = self._pending, []
+            self._stopped = True
+            pending, self._pending, self._batch = self._pending, [], []
             for entry in pending:
                 if entry.permit is not None:
                     entry.permit.release()
                 entry.future.cancel()
+            late, self._late = self._late, {}
+            for future in late.values():
+                future.cancel()
             self._idle.set()
 
     async def _flush(self, batch: list[_Finished]) -> None:
@@ -241,6 +267,7 @@ class Completer:
 
     def _answer(self, entry: _Finished, ok: bool) -> None:
         job = entry.job
+        entry.answered = True
         if ok:
             self.written += 1
         else:
@@ -256,6 +283,10 @@ class Completer:
             )
         if not entry.future.done():
             entry.future.set_result(ok)
+        if self._late:
+            late = self._late.pop(job.id, None)
+            if late is not None and not late.done():
+                late.set_result(ok)
 
     async def _write(
         self, batch: list[_Finished], plan: Mapping[str, HandOverClaim]

@@ -41,6 +41,7 @@ MAX_BACKOFF = DEFAULT_BACKOFF.cap
 TRACEBACK_LIMIT = 20_000
 # A sync handler cancelled by the stopping worker gets this long to return with its real outcome.
 SYNC_CANCEL_GRACE = 1.0
+BINDINGS_KEPT = 1024  # (handler, argument names) pairs whose signature check is remembered
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -83,6 +84,10 @@ class Executor:
         self.registry = registry
         self.threads = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="awa-sync")
         self._signatures: dict[int, inspect.Signature] = {}
+        # (handler, argument names) -> why they cannot call it, or None: binding depends on the names
+        # only, and Signature.bind per job was 5 % of the worker's per-job Python. Bounded: args with
+        # ever-new names (a handler taking **kwargs) clear it rather than grow it.
+        self._bindings: dict[tuple[int, tuple[str, ...]], str | None] = {}
         self._lock = threading.Lock()
         self.sync_running = 0  # sync handlers still executing in threads (even if abandoned)
 
@@ -104,6 +109,17 @@ class Executor:
 
     def _bind_error(self, handler: JobHandler, args: dict[str, Any]) -> str | None:
         """Why these args cannot call the handler (a TypeError a retry would repeat), or None."""
+        names = (id(handler.func), tuple(args))
+        try:
+            return self._bindings[names]
+        except KeyError:
+            pass
+        if len(self._bindings) >= BINDINGS_KEPT:
+            self._bindings.clear()
+        error = self._bindings[names] = self._bind_error_uncached(handler, args)
+        return error
+
+    def _bind_error_uncached(self, handler: JobHandler, args: dict[str, Any]) -> str | None:
         key = id(handler.func)
         signature = self._signatures.get(key)
         if signature is None:

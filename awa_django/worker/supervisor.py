@@ -1,9 +1,10 @@
 """The supervisor: starts, watches and stops the worker's tasks, and owns the shutdown order.
 
-Tasks, each named:
+Tasks, each named but the attempts (one per running attempt, from its permit to its written
+outcome: ``attempts``, whose ``in_flight`` maps job ids to them; a name per job cost 8 % of the
+per-job Python):
 
 - ``awa-runner-<queue>``: one runner per queue, its claim loop (``runner``);
-- ``awa-job-<id>``: one per running attempt, from its permit to its written outcome (``attempts``);
 - ``awa-completer``: the batched writer, which also hands freed permits to the next jobs (``completer``);
 - ``awa-listener``: the LISTEN loop (``listener``);
 - ``awa-backlog``: the backlog probe, NOTIFY's backstop (``listener``);

@@ -94,3 +94,28 @@ def test_without_extras__asking_for_prometheus_fails_naming_the_extra(
     assert worker.wait_exit(60) != 0
     assert "metrics 'prometheus' needs the prometheus_client package" in worker.log
     assert "pip install 'awa-django[metrics]'" in worker.log
+
+
+SDK_LATER = """
+from types import SimpleNamespace
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from awa_django.observability import tracing
+job = SimpleNamespace(id=1, kind="k", queue="q", attempt=1, max_attempts=1, priority=2, metadata={})
+assert not tracing.spans_recorded()
+with tracing.attempt_span(job) as span:
+    assert span is None, span  # the API alone: no span is built
+trace.set_tracer_provider(TracerProvider())
+assert tracing.spans_recorded()
+with tracing.attempt_span(job) as span:
+    assert span is not None and span.is_recording(), span  # a provider set later is picked up
+print("OK")
+"""
+
+
+@pytest.mark.subprocess
+def test_tracing__no_span_is_built_until_a_recording_provider_is_set() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SDK_LATER], cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "OK", done.stderr

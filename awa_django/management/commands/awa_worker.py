@@ -24,6 +24,7 @@ from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.observability.summary import SUMMARY_INTERVAL_DEFAULT, SummarySink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
+from awa_django.worker.process import tune_gc
 
 if TYPE_CHECKING:
     from awa_django.worker import Worker
@@ -279,6 +280,7 @@ class Command(BaseCommand):
                 synced.removed,
             )
         worker = Worker(config, metrics=metrics)
+        tune_gc(command_settings().GC_FREEZE)
         try:
             asyncio.run(run_worker(worker, probes))
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
