@@ -20,6 +20,10 @@ last completion (``max(finalized_at)``): no process start-up, no polling delay i
 rate including its start-up (spawn to the last completion) is printed beside it, and its CPU time
 per job from 10 % of the jobs completed to the end (``/proc``): steadier than a rate on a busy
 machine. ``--via SCRIPT`` starts the worker as ``python SCRIPT manage.py awa_worker ...``.
+``--against DIR`` also drains with another checkout's worker (e.g. a ``git worktree`` of an older
+commit) in each repetition, the three runs in rotating order, and prints both workers' medians and
+the median of their paired CPU-per-job ratios. Give both the same server with DATABASE_URL: each
+checkout's embedded server is its own.
 
 The database is ``awa_bench_floor`` on the embedded server (or DATABASE_URL's server). The machine
 is shared: read the medians and the median of the paired ratios, not a single repetition.
@@ -110,6 +114,7 @@ def span_rate(n: int) -> float:
 def floor_once(n: int, connections: int, batch: int) -> float:
     """Drain the n jobs with claim_jobs + complete_jobs alone; the span rate."""
     from awa_django.sql import statements
+    from awa_django.worker.context import ClaimedJob, claimed_job_row
     from awa_django.worker.lanes import LaneCursors
 
     claim, complete = statements["claim_jobs"], statements["complete_jobs"]
@@ -121,7 +126,7 @@ def floor_once(n: int, connections: int, batch: int) -> float:
         with lock:
             return {"queue": QUEUE, "limit": batch, "deadline": None, **lanes.params()}
 
-    def advance(rows: list[tuple[Any, ...]], sent: dict[str, Any]) -> None:
+    def advance(rows: list[ClaimedJob], sent: dict[str, Any]) -> None:
         with lock:
             lanes.advance(rows, sent)
 
@@ -129,17 +134,18 @@ def floor_once(n: int, connections: int, batch: int) -> float:
         try:
             with connect() as conn:
                 sent = params()
-                rows = conn.execute(claim, sent, prepare=True).fetchall()
+                # Rows decoded as the worker decodes them (the lane cursors read them by name).
+                rows = conn.cursor(row_factory=claimed_job_row).execute(claim, sent, prepare=True).fetchall()
                 advance(rows, sent)
                 while rows:
                     sent = params()
                     with conn.pipeline():
                         done = conn.execute(
                             complete,
-                            {"ids": [r[0] for r in rows], "leases": [r[6] for r in rows]},
+                            {"ids": [r.id for r in rows], "leases": [r.run_lease for r in rows]},
                             prepare=True,
                         )
-                        claimed = conn.execute(claim, sent, prepare=True)
+                        claimed = conn.cursor(row_factory=claimed_job_row).execute(claim, sent, prepare=True)
                     if len(done.fetchall()) != len(rows):
                         raise RuntimeError("a completion was refused by the run_lease guard")
                     rows = claimed.fetchall()
@@ -169,15 +175,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 def worker_once(
-    n: int, extra: list[str], via: str | None = None, queues: list[str] | None = None, timeout: float | None = None
+    n: int,
+    extra: list[str],
+    via: str | None = None,
+    queues: list[str] | None = None,
+    timeout: float | None = None,
+    root: Path = ROOT,
 ) -> tuple[float, float, float]:
     """Drain the n jobs with one awa_worker: (span rate, rate from spawn to the last completion,
     the worker's CPU µs per job from 10 % of the jobs completed to the end, start-up left out).
     ``queues`` None serves the bench queue (``-q bench``), [] every configured queue; ``timeout``
-    None allows max(120 s, n / 200 s)."""
+    None allows max(120 s, n / 200 s); ``root`` is the checkout whose worker runs."""
     with connect() as conn:
         before = updates(conn)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # AWA_DB_NAME: set by setup()
+    env = dict(os.environ, PYTHONPATH=str(root))  # AWA_DB_NAME: set by setup()
     served = [QUEUE] if queues is None else queues
     with open(WORKER_LOG, "ab") as log:
         spawned = time.time()
@@ -185,7 +196,7 @@ def worker_once(
             [
                 sys.executable,
                 *([via] if via else []),
-                str(ROOT / "manage.py"),
+                str(root / "manage.py"),
                 "awa_worker",
                 *[a for q in served for a in ("-q", q)],
                 *extra,
@@ -242,8 +253,12 @@ def main() -> None:
     parser.add_argument(
         "--worker-arg", action="append", default=[], help="an extra awa_worker argument (repeat for several)"
     )
+    parser.add_argument("--against", metavar="DIR", type=Path, help="also run this checkout's worker, alternated")
     args = parser.parse_args()
     setup()
+    if args.against is not None:
+        compare(args)
+        return
     floors: list[float] = []
     workers: list[float] = []
     with_startup: list[float] = []
@@ -278,6 +293,39 @@ def main() -> None:
     print(f"| awa_worker (from spawn) | {statistics.median(with_startup):,.0f} |")
     print(f"| awa_worker CPU per job, 10-100 % (µs) | {statistics.median(cpu_per_job):.0f} |")
     print(f"| worker ÷ floor (median of the paired ratios) | {statistics.median(ratios):.2f} |")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Floor, this checkout's worker and ``args.against``'s worker on the same jobs, rotated."""
+    runs = ("floor", "worker", "against")
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}  # (rate, CPU µs per job)
+    for rep in range(args.reps):
+        order = runs[rep % 3 :] + runs[: rep % 3]
+        for which in order:
+            fill(args.jobs)
+            if which == "floor":
+                got["floor"].append((floor_once(args.jobs, args.connections, args.batch), 0.0))
+            else:
+                root = ROOT if which == "worker" else args.against.resolve()
+                rate, _, per_job = worker_once(args.jobs, args.worker_arg, args.via, root=root)
+                got[which].append((rate, per_job))
+        print(
+            f"  rep {rep + 1} ({order[0]} first): floor={got['floor'][-1][0]:,.0f}/s "
+            f"worker={got['worker'][-1][0]:,.0f}/s ({got['worker'][-1][1]:.0f} µs) "
+            f"against={got['against'][-1][0]:,.0f}/s ({got['against'][-1][1]:.0f} µs)",
+            file=sys.stderr,
+            flush=True,
+        )
+    paired = [w[1] / a[1] for w, a in zip(got["worker"], got["against"], strict=True)]
+    print(f"{args.jobs:,} noop jobs, {args.reps} rotated repetitions, medians (against: {args.against}):")
+    print("| drain | floor | this worker | against |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| jobs/s, first claim to last completion | {statistics.median(r for r, _ in got['floor']):,.0f} | "
+          f"{statistics.median(r for r, _ in got['worker']):,.0f} | "
+          f"{statistics.median(r for r, _ in got['against']):,.0f} |")  # fmt: skip
+    print(f"| worker CPU per job, 10-100 % (µs) | | {statistics.median(c for _, c in got['worker']):.0f} | "
+          f"{statistics.median(c for _, c in got['against']):.0f} |")  # fmt: skip
+    print(f"| CPU per job, this ÷ against (median of the paired ratios) | | {statistics.median(paired):.2f} | |")
 
 
 if __name__ == "__main__":
