@@ -396,7 +396,7 @@ class AwaSettings:
         True,
         _flag,
         "`awa_worker` moves its start-up objects out of the garbage collector's reach (`gc.freeze`) and "
-        "collects young objects every 50,000 allocations, not 700; `False` leaves Python's collector as it is",
+        "collects young objects every 10,000 allocations, not 700; `False` leaves Python's collector as it is",
     )
     METRICS: str = setting(
         "none",
