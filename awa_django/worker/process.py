@@ -7,9 +7,10 @@ scanned every object the start-up had made (Django, the registry, the handlers' 
 long pauses a pickup's p99 sees), and a gen-0 threshold of 10,000 makes the young collections 14
 times rarer; cycles are still collected, in fewer passes (bench/README.md, the levers table).
 Not higher: a young collection walks every container that survived since the last one, 0.07 ms
-for 10,000 on this machine but 0.7 ms for 50,000, a pause a pickup would wait behind. Only the worker's own process does this, never a
-process that embeds a ``Worker`` (a test run, a Django server), and ``AWA["GC_FREEZE"] = False``
-turns it off.
+for 10,000 on this machine but 0.7 ms for 50,000, a pause a pickup would wait behind.
+
+Only the worker's own process does this, never a process that embeds a ``Worker`` (a test run, a
+Django server), and ``AWA["GC_FREEZE"] = False`` turns it off.
 """
 
 from __future__ import annotations
