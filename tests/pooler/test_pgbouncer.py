@@ -180,6 +180,9 @@ def test_worker__drains_retries_and_elects_a_lease_leader(spawn_pooled: PoolerSp
     assert [e["attempt"] for e in failed.errors] == [1, 2, 3]
     wait_for_row(later.pk, state="completed")  # promoted by the leader, then claimed
 
+    # Both workers up (the second may still be starting on a loaded machine: a SIGTERM before its
+    # signal handlers are installed ends it with -15, not a clean stop).
+    wait_until(lambda: all(instance_of(worker) for worker in workers), what="both workers' snapshots")
     lease = LeaderLease.objects.get(name="maintenance")
     instances = {instance_of(worker) for worker in workers}
     assert lease.holder in instances

@@ -165,7 +165,10 @@ def test_cluster__rate_limit_holds_for_all_workers_together(spawn: Spawner) -> N
     rate = started / 6.0
     for worker in workers:
         worker.assert_alive()
-    assert 4.5 <= rate <= 5.5
+    # The limit is the upper bound. The lower one says the workers use the whole rate between them,
+    # not one worker's third of it (about 1.7/s); it is loose because on a loaded machine the
+    # workers start jobs later than their tokens allow (3.2/s seen with the suite beside four others).
+    assert 2.5 <= rate <= 5.5
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ def test_run_lease__rescued_and_reclaimed_attempt__old_worker_cannot_complete_it
             assert (after.state, after.attempt, after.run_lease) == ("running", 2, 3)
             assert after.finalized_at is None
             assert worker_a.completer.written == 0
-            assert job.pk not in worker_a.in_flight
+            # The refusal is answered first; the attempt's task ends on its next turn of the loop.
+            wait_until(lambda: job.pk not in worker_a.in_flight, what="A's attempt ended")
 
             gates.open(3)
             done = wait_for_row(job.pk, state="completed")
