@@ -10,6 +10,7 @@ from typing import Any
 
 from awa_django import defaults
 from awa_django.concurrency import validate_capacity
+from awa_django.concurrency.share import HostShare
 from awa_django.conf import CAPACITY_SCOPES, awa_settings
 from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import ConfigurationError
@@ -78,6 +79,11 @@ class WorkerConfig:
     # Queues named on the command line: the worker then serves only those, and ignores new
     # Queue rows; otherwise a new Queue row gets a runner when it appears.
     fixed_queues: bool = False
+    # awa_worker --processes N in capacity scope "process": this process's place on the host, and
+    # the host's queue settings before the split (``queues`` and ``global_max_workers`` are this
+    # process's part of them: awa_django.concurrency.share).
+    host_share: HostShare | None = None
+    host_queues: dict[str, QueueConfig] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -108,7 +114,15 @@ class WorkerConfig:
         return "hard_reserved" if self.global_max_workers is None else "weighted"
 
     def with_queues(self, queues: dict[str, QueueConfig]) -> WorkerConfig:
-        return replace(self, queues=queues)
+        """The same worker with new queue settings: the host's, split when this is one of several
+        processes (raises ConfigurationError when the split cannot be made)."""
+        if self.host_share is None:
+            return replace(self, queues=queues)
+        return replace(self, queues=self.host_share.queues(queues), host_queues=queues)
+
+    def host_settings(self) -> dict[str, QueueConfig]:
+        """The queue settings as configured for the host (this process's own when it is alone)."""
+        return self.queues if self.host_queues is None else self.host_queues
 
 
 def build_config(
@@ -116,12 +130,15 @@ def build_config(
     queue_rows: Iterable[Mapping[str, Any]],
     handler_queues: Iterable[str],
     queues: Iterable[str] | None = None,
+    process: tuple[int, int] | None = None,
     **overrides: Any,
 ) -> WorkerConfig:
     """Settings (``AWA``) give the defaults; ``overrides`` (the command line) win over them.
 
     ``queues``: the queues named on the command line; None means every ``Queue`` row plus every
-    queue a registered handler names. Raises ConfigurationError naming the bad value.
+    queue a registered handler names. ``process``: (index, count) of ``awa_worker --processes``;
+    in capacity scope "process" this process then takes its part of the host's capacity.
+    Raises ConfigurationError naming the bad value.
     """
     rows = {row["name"]: QueueConfig.from_row(row) for row in queue_rows}
     names = list(dict.fromkeys(queues)) if queues else sorted(set(rows) | set(handler_queues))
@@ -147,8 +164,10 @@ def build_config(
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigurationError(f"{key} is {value!r}; it must be an integer of at least 1")
-    return WorkerConfig(
-        queues={name: rows.get(name, QueueConfig(name)) for name in names},
-        fixed_queues=bool(queues),
-        **values,
-    )
+    served = {name: rows.get(name, QueueConfig(name)) for name in names}
+    if process is not None and process[1] > 1 and values["capacity_scope"] == "process":
+        share = HostShare(process[0], process[1], values["global_max_workers"])
+        host = served
+        served = share.queues(host)
+        values = {**values, "global_max_workers": share.global_part, "host_share": share, "host_queues": host}
+    return WorkerConfig(queues=served, fixed_queues=bool(queues), **values)

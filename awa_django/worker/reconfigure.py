@@ -57,19 +57,20 @@ class Reconfigurer:
     def apply_queue_rows(self, rows: dict[str, QueueConfig]) -> bool:
         """Apply new Queue settings if they pass the rules; otherwise keep the last good ones."""
         runtime = self.runtime
-        current = runtime.config.queues
+        current = runtime.config.host_settings()  # before the split of --processes, if any
         names = list(current) if runtime.config.fixed_queues else list(dict.fromkeys([*current, *rows]))
         wanted = {name: rows.get(name, current.get(name) or QueueConfig(name)) for name in names}
         if wanted == current:
             return False
         try:
-            runtime.allocator.reconfigure(runtime.config.global_max_workers, wanted)
+            config = runtime.config.with_queues(wanted)
+            runtime.allocator.reconfigure(config.global_max_workers, config.queues)
         except ConfigurationError as exc:
             if self._last_refused != str(exc):
                 logger.error("refusing new queue settings, keeping the last good ones: %s", exc)
                 self._last_refused = str(exc)
             return False
         self._last_refused = None
-        runtime.config = runtime.config.with_queues(wanted)
-        runtime.runners.apply(wanted, serve_new=not runtime.stop.stopping)
+        runtime.config = config
+        runtime.runners.apply(config.queues, serve_new=not runtime.stop.stopping)
         return True

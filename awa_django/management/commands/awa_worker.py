@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 import os
+import sys
 import time
 from argparse import ArgumentParser
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from awa_django.worker.process import tune_gc
 
 if TYPE_CHECKING:
     from awa_django.worker import Worker
+    from awa_django.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +190,16 @@ class Command(BaseCommand):
             "AWA['METRICS_ADDR']; the metrics port serves them too",
         )
         parser.add_argument(
+            "--processes",
+            type=positive_int,
+            metavar="N",
+            default=1,
+            help="run N worker processes on this host, restarted if one dies; in capacity scope process the "
+            "capacity settings hold for the N together (each takes its part), and process I serves metrics "
+            "and probes on the given ports + I (default: 1)",
+        )
+        parser.add_argument("--process-index", type=int, help=argparse.SUPPRESS)
+        parser.add_argument(
             "--summary-interval",
             type=seconds,
             metavar="SECONDS",
@@ -207,7 +220,23 @@ class Command(BaseCommand):
                 problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
-        metrics = metrics_sink(options.get("metrics"), options.get("metrics_port"))
+        processes, index = options["processes"], options.get("process_index")
+        if index is not None and not 0 <= index < processes:
+            raise CommandError(f"--process-index {index} is outside 0 to {processes - 1} (--processes {processes})")
+        if processes > 1 and index is None:
+            self._run_processes(options)
+            return
+        offset = index or 0
+        if index is not None:
+            from awa_django.management.processes import follow_parent
+
+            follow_parent()
+        metrics_port = options.get("metrics_port")
+        if metrics_port is None and command_settings().METRICS_PORT is not None and offset:
+            metrics_port = command_settings().METRICS_PORT
+        metrics = metrics_sink(options.get("metrics"), None if metrics_port is None else metrics_port + offset)
+        if options.get("health_port") is not None:
+            options["health_port"] += offset
         if options["verbosity"] >= 1:
             metrics = SummarySink(metrics, options["summary_interval"])
         probes = Probes(expected_migrations())
@@ -223,21 +252,52 @@ class Command(BaseCommand):
             if health is not None:
                 health.close()
 
-    def _run(self, options: dict[str, Any], metrics: MetricsSink, probes: Probes | None) -> None:
-        from awa_django.models import Queue
+    def _run_processes(self, options: dict[str, Any]) -> None:
+        """The parent of ``--processes N``: check that every child could start, then run them."""
+        from awa_django.management.processes import Children
+
+        processes = options["processes"]
+        if sys.argv[1:2] != ["awa_worker"]:
+            raise CommandError(
+                "--processes runs the worker's own command line again in each process; start it as "
+                "`python manage.py awa_worker --processes N ...` (or django-admin), not through call_command"
+            )
+        for key in ("metrics_port", "health_port"):
+            first = options.get(key) or (command_settings().METRICS_PORT if key == "metrics_port" else None)
+            if first is not None and first + processes - 1 > 65535:
+                raise CommandError(
+                    f"--{key.replace('_', '-')} {first} + {processes - 1} is past 65535: process I serves on "
+                    f"the port + I; give a lower port"
+                )
+        for index in range(processes):  # a split that cannot be made fails here, not in a restart loop
+            self._build_config(options, (index, processes))
+        connections.close_all()  # the children open their own
+        code = Children(sys.argv, processes).run()
+        if code != 0:
+            raise CommandError(
+                f"a worker process of --processes {processes} did not stop cleanly (see its lines above); "
+                "send one SIGTERM and allow --shutdown-timeout for a clean stop"
+            )
+
+    def _build_config(
+        self, options: dict[str, Any], process: tuple[int, int] | None, started: float | None = None
+    ) -> tuple[WorkerConfig, list[dict[str, Any]]]:
+        """The worker's configuration from the settings, the options and the Queue rows (read here,
+        waiting for the database as at startup); every refusal a CommandError naming the value."""
         from awa_django.registry import registry
-        from awa_django.worker import Worker, build_config
+        from awa_django.worker import build_config
 
         queues = options["queues"]
         alias = awa_settings().DATABASE_ALIAS
         timeout = database_wait_timeout(options["wait_for_database"])
-        started = time.monotonic()
+        started = time.monotonic() if started is None else started
         rows = with_database(alias, timeout, "reading the Queue rows", _read_queue_rows, started=started)
         try:
             config = build_config(
                 queue_rows=rows,
                 handler_queues=registry.queues(),
                 queues=queues,
+                process=process,
                 global_max_workers=options["global_max_workers"],
                 shutdown_timeout=options["shutdown_timeout"],
                 poll_interval=options["poll_interval"],
@@ -257,6 +317,19 @@ class Command(BaseCommand):
             ) from exc
         except ConfigurationError as exc:
             raise CommandError(f"{exc}") from exc
+        return config, rows
+
+    def _run(self, options: dict[str, Any], metrics: MetricsSink, probes: Probes | None) -> None:
+        from awa_django.models import Queue
+        from awa_django.worker import Worker
+
+        alias = awa_settings().DATABASE_ALIAS
+        timeout = database_wait_timeout(options["wait_for_database"])
+        started = time.monotonic()
+        index = options.get("process_index")
+        config, rows = self._build_config(
+            options, None if index is None else (index, options["processes"]), started=started
+        )
         # Every served queue gets a Queue row, so operators see it in the admin and can tune it.
         known = {row["name"] for row in rows}
         missing = [Queue(name=name) for name in config.queues if name not in known]

@@ -1,0 +1,90 @@
+"""``--processes N``: a host's capacity split over its worker processes adds up, and each part is valid."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from awa_django.concurrency.limits import QueueLimits
+from awa_django.concurrency.share import HostShare, part
+from awa_django.concurrency.validation import validate_capacity
+from awa_django.exceptions import ConfigurationError
+
+
+@given(total=st.integers(0, 500), count=st.integers(1, 16), offset=st.integers(0, 50))
+def test_part__the_parts_add_up_and_differ_by_at_most_one(total: int, count: int, offset: int) -> None:
+    parts = [part(total, i, count, offset) for i in range(count)]
+    assert sum(parts) == total
+    assert max(parts) - min(parts) <= 1
+
+
+@st.composite
+def weighted_hosts(draw: st.DrawFn) -> tuple[int, dict[str, QueueLimits], int]:
+    count = draw(st.integers(1, 8))
+    names = draw(st.lists(st.text("abcdef", min_size=1, max_size=3), min_size=1, max_size=8, unique=True))
+    floors = [draw(st.integers(0, 12)) for _ in names]
+    global_max = sum(floors) + draw(st.integers(0, 20)) or 1
+    queues = {
+        name: QueueLimits(
+            min_workers=floor,
+            weight=draw(st.integers(1, 9)),
+            rate_limit=draw(st.none() | st.floats(0.5, 100)),
+            rate_burst=draw(st.integers(0, 7)),
+        )
+        for name, floor in zip(names, floors, strict=True)
+    }
+    return global_max, queues, count
+
+
+@given(weighted_hosts())
+def test_host_share__weighted__every_number_adds_up_and_every_process_is_valid(
+    host: tuple[int, dict[str, QueueLimits], int],
+) -> None:
+    global_max, queues, count = host
+    shares = [HostShare(i, count, global_max) for i in range(count)]
+    if global_max < count:
+        with pytest.raises(ConfigurationError, match=f"global_max_workers={global_max} is fewer than the {count}"):
+            shares[0].queues(queues)
+        return
+    parts = [share.queues(queues) for share in shares]
+    assert sum(share.global_part or 0 for share in shares) == global_max
+    for share, mine in zip(shares, parts, strict=True):
+        validate_capacity(share.global_part, mine)  # its floors fit its part of the maximum
+        assert sum(q.min_workers for q in mine.values()) <= (share.global_part or 0)
+    for name, limits in queues.items():
+        assert sum(p[name].min_workers for p in parts) == limits.min_workers
+        assert all(p[name].weight == limits.weight for p in parts)
+        if limits.rate_limit is not None:
+            assert sum(p[name].rate_limit or 0 for p in parts) == pytest.approx(limits.rate_limit)
+
+
+@given(
+    count=st.integers(1, 8),
+    maxima=st.dictionaries(st.text("xyz", min_size=1, max_size=2), st.integers(1, 40), min_size=1, max_size=6),
+)
+def test_host_share__hard_reserved__maxima_add_up_or_the_small_queue_is_named(
+    count: int, maxima: dict[str, int]
+) -> None:
+    queues = {name: QueueLimits(max_workers=m) for name, m in maxima.items()}
+    small = sorted(name for name, m in maxima.items() if m < count)
+    if small:
+        with pytest.raises(ConfigurationError, match=f"queue '{small[0]}' has max_workers={maxima[small[0]]}"):
+            HostShare(0, count, None).queues(queues)
+        return
+    parts = [HostShare(i, count, None).queues(queues) for i in range(count)]
+    for name, m in maxima.items():
+        assert sum(p[name].max_workers for p in parts) == m
+        assert all(p[name].max_workers >= 1 for p in parts)
+
+
+def test_host_share__one_process_is_the_host() -> None:
+    queues = {"a": QueueLimits(min_workers=3, weight=2, rate_limit=4.0, rate_burst=5)}
+    assert HostShare(0, 1, 10).queues(queues) == queues
+    assert HostShare(0, 1, 10).global_part == 10
+
+
+def test_host_share__floors_over_the_host_maximum_are_refused_before_splitting() -> None:
+    queues = {"a": QueueLimits(min_workers=6), "b": QueueLimits(min_workers=6)}
+    with pytest.raises(ConfigurationError, match="12"):
+        HostShare(1, 4, 10).queues(queues)
