@@ -88,3 +88,23 @@ def test_host_share__floors_over_the_host_maximum_are_refused_before_splitting()
     queues = {"a": QueueLimits(min_workers=6), "b": QueueLimits(min_workers=6)}
     with pytest.raises(ConfigurationError, match="12"):
         HostShare(1, 4, 10).queues(queues)
+
+
+def test_worker_config__a_queue_change_is_split_and_the_host_settings_kept() -> None:
+    from awa_django.worker.config import QueueConfig, build_config
+
+    config = build_config(
+        queue_rows=[],
+        handler_queues=[],
+        queues=["a", "b"],
+        global_max_workers=7,
+        process=(1, 2),
+    )
+    assert config.global_max_workers == 3  # process 0 takes the remainder
+    assert config.host_settings() == {"a": QueueConfig("a"), "b": QueueConfig("b")}
+    changed = config.with_queues({"a": QueueConfig("a", min_workers=3), "b": QueueConfig("b", min_workers=3)})
+    # a's 3 floors: 1 each and the remainder to process 0; b's remainder continues with process 1.
+    assert (changed.queues["a"].min_workers, changed.queues["b"].min_workers) == (1, 2)
+    assert changed.host_settings()["a"].min_workers == 3
+    with pytest.raises(ConfigurationError, match="8"):  # floors over the host's maximum: refused whole
+        config.with_queues({"a": QueueConfig("a", min_workers=8), "b": QueueConfig("b")})
