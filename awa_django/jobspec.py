@@ -171,7 +171,7 @@ def derive_fair_key(kind: str, rule: FairKeyRule | None, args: dict[str, Any], i
         raise InvalidJobError(
             "fair_key",
             args,
-            f"the fair_key rule of job {kind!r} raised {type(exc).__name__}: {brief(str(exc), 200)}; "
+            f"the fair_key rule of job {kind!r} raised {brief(exc, 200)}; "
             "fix the rule (it is called with the job's args dict) or pass fair_key= to the enqueue",
             index=index,
         ) from None
