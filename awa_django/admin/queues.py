@@ -65,6 +65,15 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         ),
         ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
         ("Timing", {"fields": ("deadline", "priority_aging")}),
+        (
+            "Fair keys",
+            {
+                "fields": ("key_weight", "key_max_running"),
+                "description": "Inside the queue, its slots are shared between the fairness keys with due jobs, "
+                "by weight, each capped at its max running. These are every key's defaults; a fairness key "
+                "row overrides them for one key.",
+            },
+        ),
         ("Live", {"fields": ("live_status", "updated_at")}),
     )
 
