@@ -203,11 +203,11 @@ def check_fair_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     if hard_reserved:
         for name, (max_workers, cap) in sorted(queues.items()):
             if cap is not None and cap > max_workers:
-                caps.append((name, "the queue's key_max_running", cap, max_workers))
+                caps.append((name, "key_max_running", cap, max_workers))
         for queue, key, cap in rows:
             max_workers = queues.get(queue, (MAX_WORKERS_DEFAULT, None))[0]
             if cap is not None and cap > max_workers:
-                caps.append((queue, f"key {key!r}'s max_running", cap, max_workers))
+                caps.append((queue, f"the max_running of key {key!r}", cap, max_workers))
     for queue, whose, cap, max_workers in caps:
         messages.append(
             Warning(

@@ -202,7 +202,7 @@ def cap_above_slots(cap: int | None, queue: str) -> str | None:
     if cap <= max_workers:
         return None
     return (
-        f"the cap {cap} is above queue {queue!r}'s max_workers ({max_workers}) in hard-reserved mode: one worker "
+        f"the cap {cap} is above the max_workers ({max_workers}) of queue {queue!r} in hard-reserved mode: one worker "
         f"never runs more than {max_workers} of the queue's jobs, so the cap binds only when several workers "
         "serve the queue (system check awa.W007)"
     )
