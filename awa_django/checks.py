@@ -166,14 +166,14 @@ def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
-@register()
-def check_fair_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+@register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
+def check_fair_keys(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.W007: in hard-reserved mode, a key cap (a Queue's key_max_running or a FairKey row's
     max_running) above the queue's max_workers, which one worker never reaches; awa.W008: a
     FairKey row for a queue that has no Queue row and no registered handler (a misspelt name?).
 
-    Reads the Queue and FairKey rows, so it is skipped while the database is unreachable or not
-    yet migrated, like awa.E005.
+    Reads the Queue and FairKey rows, so like awa.E009 it runs only for the jobs' database among
+    ``databases`` and is skipped while that database is unreachable or not yet migrated.
     """
     from awa_django.defaults import MAX_WORKERS_DEFAULT
     from awa_django.registry import registry
@@ -181,6 +181,8 @@ def check_fair_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     current, problems = build(user_settings())
     alias = current.DATABASE_ALIAS
     if alias not in settings.DATABASES or {"GLOBAL_MAX_WORKERS", "DATABASE_ALIAS"} & {p.key for p in problems}:
+        return []
+    if not databases or alias not in databases:
         return []
     try:
         from awa_django.models import FairKey, Queue
