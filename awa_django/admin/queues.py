@@ -113,7 +113,9 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
             ],
             "awa_queue_url": reverse("admin:awa_queue_change", args=[row.pk], current_app=site) if row else None,
             "awa_jobs_url": reverse("admin:awa_job_changelist", current_app=site),
-            "awa_fairkeys_url": reverse("admin:awa_fairkey_changelist", current_app=site) + "?" + urlencode({"queue": name}),
+            "awa_fairkeys_url": (
+                reverse("admin:awa_fairkey_changelist", current_app=site) + "?" + urlencode({"queue": name})
+            ),
         }
         return TemplateResponse(request, "admin/awa/queue/keys.html", context)
 
