@@ -23,6 +23,7 @@ from awa_django.management.arguments import seconds
 from awa_django.services.cluster import cluster_capacity, default_stale_after, live_workers, worker_healthy
 from awa_django.services.keys import top_keys
 from awa_django.services.stats import format_age, queue_stats
+from awa_django.states import JobState
 
 
 class Command(BaseCommand):
@@ -85,7 +86,10 @@ class Command(BaseCommand):
                     f"start one with `python manage.py awa_worker -q {entry.name}`, or pause the queue"
                 )
             per_state = keys.get(entry.name, {})
-            queue_keys = {state: [k.as_dict() for k in per_state.get(state, [])] for state in ("available", "running")}
+            queue_keys = {
+                str(state): [k.as_dict() for k in per_state.get(state, [])]
+                for state in (JobState.AVAILABLE, JobState.RUNNING)
+            }
             queue_reports.append(
                 entry.as_dict(now)
                 | {"healthy": not too_old and not unserved, "too_old": too_old, "no_worker": not entry.capacities}
@@ -165,7 +169,7 @@ class Command(BaseCommand):
                 f"  {q['name']}{paused} {flag} oldest_available={age_text} {counts} "
                 f"in_flight={q['in_flight']} overflow_held={q['overflow_held']}"
             )
-            backlog = q["keys"]["available"]
+            backlog = q["keys"][JobState.AVAILABLE]
             if any(k["key"] or k["other"] for k in backlog):  # more than the default key: say who waits
                 top = " ".join(
                     f"other={k['jobs']}({k['keys']} keys)" if k["other"] else f"{k['key'] or '(default)'}={k['jobs']}"
