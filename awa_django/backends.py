@@ -3,8 +3,11 @@
 ``TASKS = {"default": {"BACKEND": "awa_django.backends.AwaBackend", "QUEUES": [...]}}``, with
 ``OPTIONS = {"MAX_ATTEMPTS": n}`` for the attempts a task gets: 1 by default, as the framework's
 own backends run a task once (a job's default of 25 is for ``@job`` handlers, written to be
-retried). The framework comes from ``django.tasks`` (Django 6) or else the ``django-tasks``
-backport.
+retried), and ``OPTIONS = {"FAIR_KEY": "myapp.tasks.tenant_key"}`` (a dotted path, or the
+callable itself) for the jobs' fairness key: called at enqueue as ``FAIR_KEY(task, args, kwargs)``
+and returning a str (``""`` is the default key), so no argument name of any task is taken for
+it. Without it every task's job has the default key. The framework comes from ``django.tasks``
+(Django 6) or else the ``django-tasks`` backport.
 
 A task is enqueued through ``Job.objects.enqueue`` on Django's connection, so it joins the
 caller's transaction: commit and it runs, roll back and it never existed; ``task_enqueued`` is
@@ -65,6 +68,7 @@ from django.utils.module_loading import import_string
 
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
+    FAIR_KEY_DEFAULT,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
     NAME_MAX_LENGTH,
@@ -74,9 +78,10 @@ from awa_django.defaults import (
 )
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
 from awa_django.inline import database_now, execution_mode, running_inline
-from awa_django.jobspec import build_row
+from awa_django.jobspec import build_row, fair_key_problem
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.states import JobState
+from awa_django.validation import brief
 from awa_django.worker.context import JobContext
 
 try:
@@ -112,7 +117,7 @@ __all__ = [
 ]
 
 TASK_METADATA_KEY = "task"
-OPTIONS = frozenset({"MAX_ATTEMPTS"})
+OPTIONS = frozenset({"MAX_ATTEMPTS", "FAIR_KEY"})
 TASK_MAX_ATTEMPTS_DEFAULT = 1
 """Attempts a task gets unless ``OPTIONS["MAX_ATTEMPTS"]`` says more: the framework's backends
 run a task once, and tasks written for them (Wagtail's among them) expect no retries."""
@@ -202,6 +207,9 @@ class AwaBackend(BaseTaskBackend):
                 f"must be an integer from {MAX_ATTEMPTS_MIN} to {MAX_ATTEMPTS_MAX}"
             )
         self.max_attempts: int = max_attempts
+        self.fair_key: Callable[[Task[Any, Any], list[Any], dict[str, Any]], str] | None = _fair_key_option(
+            where, self.options.get("FAIR_KEY")
+        )
         for queue in self.queues:
             try:
                 build_row("task", queue=queue)  # the queue-name rules of every enqueue
@@ -228,6 +236,7 @@ class AwaBackend(BaseTaskBackend):
 
         self.validate_task(task)
         stored = {"args": _json("args", list(args)), "kwargs": _json("kwargs", dict(kwargs))}
+        fair_key = self._fair_key_of(task, stored["args"], stored["kwargs"])
         alias = awa_settings().DATABASE_ALIAS
         outside = not transaction.get_connection(alias).in_atomic_block
         enqueued: list[TaskResult[Any, Any]] = []
@@ -248,6 +257,7 @@ class AwaBackend(BaseTaskBackend):
                 priority=job_priority(task.priority),
                 run_at=run_at,
                 max_attempts=self.max_attempts,
+                fair_key=fair_key,
                 metadata={
                     TASK_METADATA_KEY: {
                         "backend": self.alias,
@@ -260,6 +270,26 @@ class AwaBackend(BaseTaskBackend):
         if outside and execution_mode() == "immediate":
             return _task_result(Job.objects.db_manager(alias).get(pk=job.pk), task)  # it ran at that commit
         return enqueued[0]
+
+    def _fair_key_of(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> str:
+        """``OPTIONS["FAIR_KEY"]`` for this task, checked as every enqueue checks a key: an
+        InvalidJobError naming the task and the option if it raises or returns a bad key."""
+        if self.fair_key is None:
+            return FAIR_KEY_DEFAULT
+        where = f"TASKS[{self.alias!r}]['OPTIONS']['FAIR_KEY']"
+        try:
+            key = self.fair_key(task, list(args), dict(kwargs))
+        except Exception as exc:
+            raise InvalidJobError(
+                "fair_key",
+                {"args": args, "kwargs": kwargs},
+                f"{where} raised {brief(exc, 200)} for task {task.module_path!r}; fix it (it is called with "
+                "the task, its args list and its kwargs dict)",
+            ) from None
+        problem = fair_key_problem(key)
+        if problem is not None:
+            raise InvalidJobError("fair_key", key, f"returned by {where} for task {task.module_path!r}: {problem}")
+        return str(key)
 
     async def aenqueue(
         self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -282,6 +312,26 @@ class AwaBackend(BaseTaskBackend):
         if not isinstance(job, Job):
             raise TaskResultDoesNotExist(result_id)
         return _task_result(job)
+
+
+def _fair_key_option(where: str, value: object) -> Callable[[Task[Any, Any], list[Any], dict[str, Any]], str] | None:
+    """``OPTIONS["FAIR_KEY"]``: None, a callable, or the dotted path of one; InvalidTaskBackend otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise InvalidTaskBackend(
+                f"{where}['OPTIONS']['FAIR_KEY']={value!r} does not import ({exc}); give the dotted path of a "
+                "callable (task, args, kwargs) -> str"
+            ) from None
+    if not callable(value):
+        raise InvalidTaskBackend(
+            f"{where}['OPTIONS']['FAIR_KEY']={value!r}: must be a callable (task, args, kwargs) -> str, "
+            "or its dotted path"
+        )
+    return value
 
 
 def _json(field: str, value: Any) -> Any:

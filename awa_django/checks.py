@@ -167,6 +167,77 @@ def check_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 @register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
+def check_fair_keys(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.W007: in hard-reserved mode, a key cap (a Queue's key_max_running or a FairKey row's
+    max_running) above the queue's max_workers, which one worker never reaches; awa.W008: a
+    FairKey row for a queue that has no Queue row and no registered handler (a misspelt name?).
+
+    Reads the Queue and FairKey rows, so like awa.E009 it runs only for the jobs' database among
+    ``databases`` and is skipped while that database is unreachable or not yet migrated.
+    """
+    from awa_django.defaults import MAX_WORKERS_DEFAULT
+    from awa_django.registry import registry
+
+    current, problems = build(user_settings())
+    alias = current.DATABASE_ALIAS
+    if alias not in settings.DATABASES or {"GLOBAL_MAX_WORKERS", "DATABASE_ALIAS"} & {p.key for p in problems}:
+        return []
+    if not databases or alias not in databases:
+        return []
+    try:
+        from awa_django.models import FairKey, Queue
+
+        with transaction.atomic(using=alias):  # a savepoint: a missing table must not break the caller's transaction
+            queues = {
+                name: (max_workers, cap)
+                for name, max_workers, cap in Queue.objects.using(alias).values_list(
+                    "name", "max_workers", "key_max_running"
+                )
+            }
+            rows = list(
+                FairKey.objects.using(alias).order_by("queue", "key").values_list("queue", "key", "max_running")
+            )
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    hard_reserved = current.GLOBAL_MAX_WORKERS is None
+    caps: list[tuple[str, str, int, int]] = []  # queue, whose cap, cap, max_workers
+    if hard_reserved:
+        for name, (max_workers, cap) in sorted(queues.items()):
+            if cap is not None and cap > max_workers:
+                caps.append((name, "key_max_running", cap, max_workers))
+        for queue, key, cap in rows:
+            max_workers = queues.get(queue, (MAX_WORKERS_DEFAULT, None))[0]
+            if cap is not None and cap > max_workers:
+                caps.append((queue, f"the max_running of key {key!r}", cap, max_workers))
+    for queue, whose, cap, max_workers in caps:
+        messages.append(
+            Warning(
+                f"queue {queue!r}: {whose} ({cap}) is above its max_workers ({max_workers}) in hard-reserved mode; "
+                f"one worker never runs more than {max_workers} of the queue's jobs, so the cap binds only when "
+                "several workers serve the queue",
+                hint=f"lower the cap to at most {max_workers} (Queue or fairness key admin) if one worker serves "
+                "the queue, or leave it empty for unlimited",
+                obj=queue,
+                id="awa.W007",
+            )
+        )
+    used = set(queues) | registry.queues()
+    for queue in sorted({queue for queue, _, _ in rows} - used):
+        keys = [key for q, key, _ in rows if q == queue]
+        messages.append(
+            Warning(
+                f"fairness key rows name queue {queue!r} ({len(keys)} key(s), e.g. {keys[0]!r}), which has no Queue "
+                "row and no registered handler: no job may ever use them",
+                hint=f"correct the queue name in the fairness key admin, or delete the rows if queue {queue!r} is gone",
+                obj=queue,
+                id="awa.W008",
+            )
+        )
+    return messages
+
+
+@register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
 def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.E009: a Schedule row's cron or time zone is invalid (the leader would skip it);
     awa.W002: an active schedule fires a kind no handler runs (its jobs would fail).

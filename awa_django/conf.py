@@ -418,6 +418,12 @@ class AwaSettings:
         _text(optional=True),
         "when set, the depth view answers only requests with `Authorization: Bearer <METRICS_TOKEN>`",
     )
+    FAIR_KEYS_TOP: int = setting(
+        defaults.FAIR_KEYS_TOP_DEFAULT,
+        _count,
+        "fairness keys per queue and state that `awa_health --json` and the depth view name (the most "
+        'available, the most running); the rest are summed as `key="other"`',
+    )
 
     @property
     def transaction_pooler(self) -> bool:

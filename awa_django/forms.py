@@ -1,4 +1,5 @@
-"""The Queue admin form: the capacity rules of ``awa_django.concurrency.validation`` as form errors.
+"""The Queue and FairKey admin forms: the capacity rules of ``awa_django.concurrency.validation``
+and the fairness-key rules as form errors.
 
 The worker refuses a configuration that breaks these rules (and keeps its last good one); the
 form refuses it first, with the same functions and so the same messages, naming the numbers.
@@ -10,10 +11,18 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.core import validators
 
 from awa_django import durations
 from awa_django.concurrency import QueueLimits, collect_capacity_errors, collect_queue_errors
-from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
+from awa_django.conf import awa_settings
+from awa_django.defaults import (
+    KEY_WEIGHT_DEFAULT,
+    MAX_WORKERS_DEFAULT,
+    MIN_WORKERS_DEFAULT,
+    RATE_BURST_DEFAULT,
+    WEIGHT_DEFAULT,
+)
 from awa_django.exceptions import (
     ConfigurationError,
     InvalidRateLimitError,
@@ -21,7 +30,8 @@ from awa_django.exceptions import (
     InvalidWorkersError,
     MinWorkersExceedGlobalError,
 )
-from awa_django.models import Queue
+from awa_django.jobspec import check_name, fair_key_problem
+from awa_django.models import FairKey, Queue
 from awa_django.services.cluster import global_maximums, live_workers
 
 LIMIT_FIELDS = ("max_workers", "min_workers", "weight", "rate_limit", "rate_burst")
@@ -87,6 +97,17 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
         required=False,
         help_text=f"An available job waiting this long moves up one priority level; empty = never. {durations.HELP}",
     )
+    key_weight = forms.IntegerField(
+        required=False,
+        initial=KEY_WEIGHT_DEFAULT,
+        help_text="Fair keys: each key's share of this queue's slots, unless a fairness key row says "
+        f"(at least 1; empty = {KEY_WEIGHT_DEFAULT}).",
+    )
+    key_max_running = forms.IntegerField(
+        required=False,
+        help_text="Fair keys: at most this many jobs of one key run at once, across every worker, unless a "
+        "fairness key row says (at least 1; empty = unlimited).",
+    )
 
     class Meta:
         model = Queue
@@ -100,7 +121,24 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
             "rate_burst",
             "deadline",
             "priority_aging",
+            "key_weight",
+            "key_max_running",
         )
+
+    def clean_key_weight(self) -> int:
+        value = self.cleaned_data.get("key_weight")
+        if value is None:
+            return KEY_WEIGHT_DEFAULT
+        if value < 1:
+            raise forms.ValidationError(
+                f"key_weight {value} is invalid; each key's weight must be an integer of at least 1 "
+                f"(empty = {KEY_WEIGHT_DEFAULT})",
+                code="key_weight",
+            )
+        return int(value)
+
+    def clean_key_max_running(self) -> int | None:
+        return clean_cap(self.cleaned_data.get("key_max_running"), "key_max_running", "unlimited")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -141,3 +179,86 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
                         f"min_workers add up to {others_sum}, so this queue may have at most "
                         f"{max(maximum - others_sum, 0)}.",
                     )
+
+
+def clean_cap(value: int | None, field: str, empty: str) -> int | None:
+    """A per-key cap: None (``empty``) or at least 1; ValidationError naming the value otherwise."""
+    if value is not None and value < 1:
+        raise forms.ValidationError(
+            f"{field} {value} is invalid; a key's cap must be an integer of at least 1, or empty for {empty} "
+            "(to stop a key, pause its queue or cancel its jobs: a cap of 0 would hold them forever)",
+            code=field,
+        )
+    return value
+
+
+def cap_above_slots(cap: int | None, queue: str) -> str | None:
+    """In hard-reserved mode, a key cap above the queue's ``max_workers`` binds only when several
+    workers serve the queue (one worker never runs more than max_workers of its jobs): say so."""
+    if cap is None or awa_settings().GLOBAL_MAX_WORKERS is not None:
+        return None
+    max_workers = Queue.objects.filter(name=queue).values_list("max_workers", flat=True).first()
+    max_workers = MAX_WORKERS_DEFAULT if max_workers is None else max_workers
+    if cap <= max_workers:
+        return None
+    return (
+        f"the cap {cap} is above the max_workers ({max_workers}) of queue {queue!r} in hard-reserved mode: one worker "
+        f"never runs more than {max_workers} of the queue's jobs, so the cap binds only when several workers "
+        "serve the queue (system check awa.W007)"
+    )
+
+
+class FairKeyField(forms.CharField):
+    """A fairness key typed as it is stored: not stripped, empty allowed (the default key), and
+    checked by the enqueue rule (``fair_key_problem``), whose message names the value."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.update(strip=False, required=False, empty_value="")
+        kwargs.pop("max_length", None)  # the enqueue rule's message names the length and the limit
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, validators.ProhibitNullCharactersValidator)]
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        problem = fair_key_problem(value)
+        if problem is not None:
+            raise forms.ValidationError(f"key {value!r}: {problem}", code="fair_key")
+
+
+class FairKeyForm(forms.ModelForm):  # type: ignore[type-arg]
+    """One key's overrides inside a queue; empty weight or cap = the queue's ``key_weight`` /
+    ``key_max_running``."""
+
+    key = FairKeyField(help_text="The jobs' fair_key, exactly (e.g. tenant:42); empty = the default key.")
+    weight = forms.IntegerField(
+        required=False, help_text="This key's share of the queue's slots (at least 1); empty = the queue's key weight."
+    )
+    max_running = forms.IntegerField(
+        required=False,
+        help_text="At most this many of this key's jobs run at once, across every worker (at least 1); "
+        "empty = the queue's cap.",
+    )
+
+    class Meta:
+        model = FairKey
+        fields = ("queue", "key", "weight", "max_running")
+
+    def clean_queue(self) -> str:
+        value = self.cleaned_data.get("queue")
+        try:
+            return check_name("queue", value, None)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="queue") from None
+
+    def clean_weight(self) -> int | None:
+        value = self.cleaned_data.get("weight")
+        if value is not None and value < 1:
+            raise forms.ValidationError(
+                f"weight {value} is invalid; a key's weight must be an integer of at least 1, or empty for the "
+                "queue's key weight",
+                code="weight",
+            )
+        return value
+
+    def clean_max_running(self) -> int | None:
+        return clean_cap(self.cleaned_data.get("max_running"), "max_running", "the queue's cap")

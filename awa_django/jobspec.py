@@ -1,7 +1,7 @@
 """One job spec, validated completely, as a row: the rules every enqueue path shares.
 
 ``build_row`` checks a spec (kind, queue, args, priority, run_at, max_attempts, metadata, tags,
-unique) and returns a ``JobRow``, or raises InvalidJobError naming the field, the value and the
+unique, fair_key) and returns a ``JobRow``, or raises InvalidJobError naming the field, the value and the
 rule. ``copy_line`` writes a row as a line of ``copy_jobs``' COPY text input: the one place
 that knows that statement's column order. ``@job``, ``schedule``, the Tasks backend and the
 enqueue API all validate here, so a spec is accepted or refused the same way everywhere.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -24,6 +24,8 @@ from django.utils import timezone
 
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
+    FAIR_KEY_DEFAULT,
+    FAIR_KEY_MAX_LENGTH,
     MAX_ATTEMPTS_DEFAULT,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
@@ -76,6 +78,7 @@ class JobRow(NamedTuple):
     tags: list[str]
     unique_key: str | None
     unique_states: list[str] | None
+    fair_key: str = FAIR_KEY_DEFAULT
 
     def model_values(self) -> dict[str, Any]:
         """The ``Job`` fields this spec sets, by attribute name (the database sets the rest)."""
@@ -89,6 +92,7 @@ class JobRow(NamedTuple):
             "tags": self.tags,
             "unique_key": self.unique_key,
             "unique_states": self.unique_states,
+            "fair_key": self.fair_key,
         }
 
 
@@ -103,6 +107,83 @@ def check_name(field: str, value: object, index: int | None) -> str:
     if problem:
         raise InvalidJobError(field, value, problem, index=index)
     return value if type(value) is str else str.__str__(value)
+
+
+FAIR_KEY_HINT = (
+    "a fairness key is a short string such as 'tenant:42' (empty = the default key that jobs without one share)"
+)
+
+
+def fair_key_problem(value: object) -> str | None:
+    """Why ``value`` is not a fairness key, or None: a str of at most FAIR_KEY_MAX_LENGTH characters
+    that Postgres can store (no NUL, no lone surrogate); ``""`` is the default key."""
+    if not isinstance(value, str):
+        return f"must be a str, not {type(value).__name__}; {FAIR_KEY_HINT}"
+    if len(value) > FAIR_KEY_MAX_LENGTH:
+        return (
+            f"is {len(value)} characters long; the limit is {FAIR_KEY_MAX_LENGTH}: use a shorter key "
+            "(an id, or a hash of a long one)"
+        )
+    problem = text_problem(value)
+    return None if problem is None else f"{problem}; {FAIR_KEY_HINT}"
+
+
+def check_fair_key(value: object, index: int | None = None) -> str:
+    """``value`` as a fairness key (see ``fair_key_problem``); InvalidJobError naming it otherwise."""
+    problem = fair_key_problem(value)
+    if problem is not None:
+        raise InvalidJobError("fair_key", value, problem, index=index)
+    assert isinstance(value, str)
+    return value if type(value) is str else str.__str__(value)
+
+
+FairKeyRule = str | Callable[[dict[str, Any]], str]
+"""How a kind derives its jobs' fairness key: a constant, or a callable of the job's args dict."""
+
+
+def check_fair_key_rule(kind: str, rule: object) -> FairKeyRule | None:
+    """``@job(fair_key=...)``: None, a valid constant key, or a callable; InvalidJobError otherwise."""
+    if rule is None or callable(rule):
+        return rule
+    if isinstance(rule, str):
+        return check_fair_key(rule)
+    raise InvalidJobError(
+        "fair_key",
+        rule,
+        f"job {kind!r}: must be a str or a callable taking the job's args dict and returning one, "
+        "e.g. fair_key=lambda args: f\"tenant:{args['tenant_id']}\"",
+    )
+
+
+def derive_fair_key(kind: str, rule: FairKeyRule | None, args: dict[str, Any], index: int | None = None) -> str:
+    """The key ``kind``'s ``@job(fair_key=)`` rule gives a job with ``args`` (the default key for no rule).
+
+    A callable that raises, or returns what ``check_fair_key`` refuses, is an InvalidJobError naming
+    the kind, the args and the fix: nothing is written.
+    """
+    if rule is None:
+        return FAIR_KEY_DEFAULT
+    if isinstance(rule, str):
+        return rule
+    try:
+        derived = rule(args)
+    except Exception as exc:
+        raise InvalidJobError(
+            "fair_key",
+            args,
+            f"the fair_key rule of job {kind!r} raised {brief(exc, 200)}; "
+            "fix the rule (it is called with the job's args dict) or pass fair_key= to the enqueue",
+            index=index,
+        ) from None
+    problem = fair_key_problem(derived)
+    if problem is not None:
+        raise InvalidJobError(
+            "fair_key",
+            derived,
+            f"returned by the fair_key rule of job {kind!r} for args {brief(args, 120)}: {problem}",
+            index=index,
+        )
+    return derived if type(derived) is str else str.__str__(derived)
 
 
 def check_int(field: str, value: object, low: int, high: int, index: int | None) -> int:
@@ -274,10 +355,14 @@ def build_row(
     metadata: object = None,
     tags: object = None,
     unique: object = None,
+    fair_key: object = FAIR_KEY_DEFAULT,
     now: datetime | None = None,
     index: int | None = None,
 ) -> JobRow:
-    """Validate one job spec completely; raise InvalidJobError naming the value and the rule."""
+    """Validate one job spec completely; raise InvalidJobError naming the value and the rule.
+
+    ``fair_key`` None is the default key here: a kind's derived key is the enqueue API's to apply.
+    """
     kind_s = check_name("kind", kind, index)
     queue_s = check_name("queue", queue, index)
     args_d, args_json = check_json_object("args", args, index)
@@ -287,6 +372,7 @@ def build_row(
     metadata_d, metadata_json = check_json_object("metadata", metadata, index)
     tags_l = _check_tags(tags, index)
     options = _unique_options(unique, index)
+    fair_key_s = FAIR_KEY_DEFAULT if fair_key is None else check_fair_key(fair_key, index)
     key = states = None
     if options is not None:
         key = _unique_key(options, kind_s, args_json, queue_s, now or timezone.now())
@@ -304,6 +390,7 @@ def build_row(
         tags_l,
         key,
         states,
+        fair_key_s,
     )
 
 
@@ -339,15 +426,22 @@ class CopyLines:
     def __init__(self, now: datetime, metadata_json: str = "{}") -> None:
         self.now_text = now.isoformat()
         self.metadata_json = metadata_json  # what a job without its own metadata gets
-        self._plain_tail = self._tail(self.now_text, metadata_json, "{}", "\\N", "\\N", "\\N")
+        self._plain_tail = self._tail(self.now_text, metadata_json, "{}", "\\N", "\\N", "\\N", FAIR_KEY_DEFAULT)
 
     def _tail(
-        self, run_at: str, metadata_json: str, tags: str, unique_key: str, unique_states: str, timeout: str
+        self,
+        run_at: str,
+        metadata_json: str,
+        tags: str,
+        unique_key: str,
+        unique_states: str,
+        timeout: str,
+        fair_key: str,
     ) -> str:
-        # run_at, created_at, errors, metadata, tags, unique_key, unique_states, run_lease, timeout
+        # run_at, created_at, errors, metadata, tags, unique_key, unique_states, run_lease, timeout, fair_key
         return (
             f"\t{run_at}\t{self.now_text}\t[]\t{copy_json(metadata_json)}\t{tags}\t{unique_key}\t{unique_states}"
-            f"\t0\t{timeout}\n"
+            f"\t0\t{timeout}\t{copy_text(fair_key)}\n"
         )
 
     def line(
@@ -365,9 +459,11 @@ class CopyLines:
         unique_key: str | None = None,
         unique_states: Sequence[str] | None = None,
         timeout: str | None = None,
+        fair_key: str = FAIR_KEY_DEFAULT,
     ) -> str:
         """One job as a COPY line; ``run_at`` None means now, ``metadata_json`` None the call's default,
-        ``timeout`` (an interval's text, seconds) None the queue's deadline."""
+        ``timeout`` (an interval's text, seconds) None the queue's deadline, ``fair_key`` the job's
+        fairness key (validated: ``check_fair_key``)."""
         # kind, queue, args, state, priority, attempt, max_attempts
         head = f"{copy_text(kind)}\t{copy_text(queue)}\t{copy_json(args_json)}\t{state}\t{priority}\t0\t{max_attempts}"
         plain_metadata = metadata_json is None or metadata_json == self.metadata_json
@@ -378,6 +474,7 @@ class CopyLines:
             and unique_key is None
             and unique_states is None
             and timeout is None
+            and not fair_key
         ):
             return head + self._plain_tail
         return head + self._tail(
@@ -387,6 +484,7 @@ class CopyLines:
             "\\N" if unique_key is None else unique_key,
             "\\N" if unique_states is None else copy_array(unique_states),
             "\\N" if timeout is None else timeout,
+            fair_key,
         )
 
     def row_line(self, row: JobRow, state: str, timeout: str | None = None) -> str:
@@ -404,4 +502,5 @@ class CopyLines:
             unique_key=row.unique_key,
             unique_states=row.unique_states,
             timeout=timeout,
+            fair_key=row.fair_key,
         )

@@ -21,6 +21,7 @@ from django.utils import timezone
 from awa_django.arguments import ArgsCheck
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
+    FAIR_KEY_DEFAULT,
     MAX_ATTEMPTS_DEFAULT,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
@@ -34,11 +35,15 @@ from awa_django.jobspec import (
     ACTIVE_STATES,
     ALL_STATES,
     CopyLines,
+    FairKeyRule,
     UniqueOptions,
     build_row,
+    check_fair_key,
     check_int,
     check_json_object,
     check_name,
+    copy_text,
+    derive_fair_key,
 )
 from awa_django.notices import notices
 from awa_django.observability import tracing
@@ -69,13 +74,22 @@ __all__ = [
 
 class KindDefaults(NamedTuple):
     """What an enqueue that leaves queue, priority or max_attempts out gets for a kind, and the
-    kind's own rules: its handler's argument check and its timeout (stored on the row)."""
+    kind's own rules: its handler's argument check, its timeout (stored on the row) and how it
+    derives a fairness key from the args when the enqueue names none (``fair_key_for``)."""
 
     queue: str
     priority: int
     max_attempts: int
     args_check: ArgsCheck | None = None
     timeout: timedelta | None = None
+    fair_key: FairKeyRule | None = None
+
+    def fair_key_for(self, kind: str, fair_key: object, args: dict[str, Any], index: int | None = None) -> str:
+        """The job's key: ``fair_key`` when the enqueue names one (None: it does not), else the
+        kind's ``@job(fair_key=)`` rule applied to ``args``, else the default key ``""``."""
+        if fair_key is not None:
+            return check_fair_key(fair_key, index)
+        return derive_fair_key(kind, self.fair_key, args, index)
 
 
 _PLAIN_DEFAULTS = KindDefaults(QUEUE_DEFAULT, PRIORITY_DEFAULT, MAX_ATTEMPTS_DEFAULT)
@@ -91,11 +105,15 @@ def kind_defaults(kind: object) -> KindDefaults:
     if handler is None:
         return _PLAIN_DEFAULTS
     timeout = None if handler.timeout is None else timedelta(seconds=handler.timeout)
-    return KindDefaults(handler.queue, handler.priority, handler.max_attempts, handler.args_check, timeout)
+    return KindDefaults(
+        handler.queue, handler.priority, handler.max_attempts, handler.args_check, timeout, handler.fair_key
+    )
 
 
-_FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts"})
-_SPEC_KEYS = frozenset({"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
+_FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts", "fair_key"})
+_SPEC_KEYS = frozenset(
+    {"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique", "fair_key"}
+)
 _DEFAULTED = ("queue", "priority", "max_attempts")  # the spec keys a kind's @job options fill in
 
 
@@ -181,7 +199,7 @@ class _Bulk:
                 self._kinds_ok.add(kind)
             self._defaults = self._kind_defaults(kind)
             self._last_kind = kind
-        d_queue, d_priority, d_max_attempts, args_check, timeout = self._defaults
+        d_queue, d_priority, d_max_attempts, args_check, timeout, key_rule = self._defaults
         queue = spec.get("queue", d_queue)
         if queue is not self._last_queue:
             if queue is None:
@@ -198,9 +216,12 @@ class _Bulk:
             except UnstorableValueError as exc:
                 raise InvalidJobError("args", args, exc.reason, index=index) from None
         else:
-            args_json = check_json_object("args", args, index)[1]
-        if args_check is not None and (problem := args_check.problem({} if args is None else args)) is not None:
-            raise args_check.error(kind, args or {}, problem, index)
+            args, args_json = check_json_object("args", args, index)
+        if args_check is not None and (problem := args_check.problem(args)) is not None:
+            raise args_check.error(kind, args, problem, index)
+        fair_key = spec.get("fair_key")
+        if fair_key is not None or key_rule is not None:
+            fair_key = self._defaults.fair_key_for(kind, fair_key, args, index)
         # The kind's defaults were validated when it registered; anything else is checked.
         priority = spec.get("priority", d_priority)
         if priority is not d_priority:
@@ -216,7 +237,14 @@ class _Bulk:
             )
         if timeout is not None:  # the kind's timeout is in the line: no shared frame
             line = self.copy.line(
-                kind, queue, args_json, JobState.AVAILABLE, priority, max_attempts, timeout=_copy_interval(timeout)
+                kind,
+                queue,
+                args_json,
+                JobState.AVAILABLE,
+                priority,
+                max_attempts,
+                timeout=_copy_interval(timeout),
+                fair_key=fair_key or FAIR_KEY_DEFAULT,
             )
             self.lines.append(line)
             return
@@ -224,7 +252,11 @@ class _Bulk:
         if frame is None:
             frame = self._frame(kind, queue, priority, max_attempts)
         # copy_json, inlined: JSON text needs only its backslashes doubled for COPY.
-        self.lines.append(frame[0] + (args_json.replace("\\", "\\\\") if "\\" in args_json else args_json) + frame[1])
+        body = frame[0] + (args_json.replace("\\", "\\\\") if "\\" in args_json else args_json)
+        if fair_key:  # the frame's tail ends with the default key's empty field and the newline
+            self.lines.append(body + frame[1][:-1] + copy_text(fair_key) + "\n")
+        else:
+            self.lines.append(body + frame[1])
 
     def _frame(self, kind: str, queue: str, priority: int, max_attempts: int) -> tuple[str, str]:
         """A plain job's COPY line before and after its args: CopyLines' line around a NUL, which no
@@ -253,9 +285,11 @@ class _Bulk:
         for key in _DEFAULTED:
             if options.get(key) is None:
                 options[key] = getattr(defaults, key)
+        fair_key = options.pop("fair_key", None)
         row = build_row(**options, now=self.now, index=index)
         if defaults.args_check is not None:
             defaults.args_check.check(row.kind, row.args, index)
+        row = row._replace(fair_key=defaults.fair_key_for(row.kind, fair_key, row.args, index))
         self.queues.add(row.queue)
         state = JobState.SCHEDULED if (row.run_at or self.now) > self.now else JobState.AVAILABLE
         if state == JobState.AVAILABLE:
@@ -326,6 +360,7 @@ class JobManager(models.Manager["Job"]):
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
+        fair_key: str | None = None,
     ) -> Job:
         """Insert one job in the caller's transaction and return it.
 
@@ -334,6 +369,10 @@ class JobManager(models.Manager["Job"]):
         queue no live worker serves, is logged once as a warning (see ``awa_django.notices``).
         When the kind's handler is registered here, ``args`` must fit its signature
         (``awa_django.arguments``); its ``timeout`` is stored on the row.
+
+        ``fair_key`` is the job's fairness key (a str of at most 128 characters, ``""`` the default
+        key): the queue's slots are shared fairly between the keys with due jobs. Left out (None),
+        it is what the kind's ``@job(fair_key=)`` derives from ``args``, else ``""``.
 
         Raises InvalidJobError before writing anything if an argument is invalid, and
         UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
@@ -352,6 +391,8 @@ class JobManager(models.Manager["Job"]):
         )
         if defaults.args_check is not None:
             defaults.args_check.check(row.kind, row.args)
+        key = defaults.fair_key_for(row.kind, fair_key, row.args)
+        row = row._replace(fair_key=key)
         alias = self._alias()
         params: dict[str, Any] = {
             "kind": row.kind,
@@ -365,6 +406,7 @@ class JobManager(models.Manager["Job"]):
             "unique_key": row.unique_key,
             "unique_states": row.unique_states,
             "timeout": defaults.timeout,
+            "fair_key": key,
         }
         inserted = _execute_prepared(alias, statements["insert_job"], params)
         if inserted is None:
@@ -409,6 +451,7 @@ class JobManager(models.Manager["Job"]):
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
+        fair_key: str | None = None,
     ) -> Job:
         """``enqueue`` for async code (runs on Django's connection in the sync thread)."""
         return await sync_to_async(self.enqueue)(
@@ -421,13 +464,15 @@ class JobManager(models.Manager["Job"]):
             metadata=tracing.with_traceparent(metadata),  # taken here, on the caller's context
             tags=tags,
             unique=unique,
+            fair_key=fair_key,
         )
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
         """Insert many jobs with COPY, all or nothing, in the caller's transaction; return the count.
 
         Each spec is a dict with ``enqueue``'s parameter names and defaults (queue, priority and
-        max_attempts from the kind's ``@job`` options). Every spec is validated first: one
+        max_attempts from the kind's ``@job`` options; ``fair_key`` per spec, else the kind's derived
+        key, else the default key). Every spec is validated first: one
         bad spec raises InvalidJobError (naming its index) before anything is written. A unique
         spec that collides with an existing job or with another spec in the call raises
         UniqueJobConflictError and nothing of the call is kept.

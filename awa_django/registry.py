@@ -20,7 +20,7 @@ from django.utils.module_loading import autodiscover_modules
 from awa_django.arguments import ArgsCheck
 from awa_django.defaults import MAX_ATTEMPTS_DEFAULT, PRIORITY_DEFAULT, QUEUE_DEFAULT
 from awa_django.exceptions import AwaError, InvalidJobError
-from awa_django.jobspec import build_row
+from awa_django.jobspec import FairKeyRule, build_row, check_fair_key, check_fair_key_rule, derive_fair_key
 from awa_django.retry import DEFAULT_POLICY, Backoff, RetryPolicy, check_timeout, policy
 from awa_django.validation import brief
 
@@ -36,7 +36,7 @@ class RegistryError(AwaError):
 
 
 # The options an enqueue takes besides its args: handler.using(...) accepts these names.
-ENQUEUE_OPTIONS = frozenset({"queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique"})
+ENQUEUE_OPTIONS = frozenset({"queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique", "fair_key"})
 
 
 @dataclass(eq=False)
@@ -46,7 +46,9 @@ class JobHandler:
     ``handler.enqueue(user_id=1)`` and ``await handler.aenqueue(user_id=1)`` take the call's own
     arguments; enqueue options go through ``handler.using(queue=..., run_at=...)``, which returns
     a ``JobCall`` with the same two methods. ``timeout`` (seconds) overrides the queue's deadline
-    for this kind; ``retry`` holds its ``retry_on`` / ``discard_on`` / ``backoff`` rules.
+    for this kind; ``retry`` holds its ``retry_on`` / ``discard_on`` / ``backoff`` rules;
+    ``fair_key`` is how its jobs get a fairness key when the enqueue names none (a constant, or a
+    callable of the args dict).
     """
 
     kind: str
@@ -57,6 +59,7 @@ class JobHandler:
     takes_context: bool = False
     timeout: float | None = None
     retry: RetryPolicy = DEFAULT_POLICY
+    fair_key: FairKeyRule | None = None
     is_async: bool = field(init=False)
     # What the signature accepts, read once here; None where it cannot be read (a builtin, a
     # callable without a signature, a context-taking signature without a positional parameter):
@@ -74,8 +77,8 @@ class JobHandler:
         return self.func(*args, **kwargs)
 
     def using(self, **options: Any) -> JobCall:
-        """Enqueue options (queue, priority, run_at, max_attempts, metadata, tags, unique) for the
-        next ``.enqueue(**args)`` / ``.aenqueue(**args)``; InvalidJobError naming a bad one."""
+        """Enqueue options (queue, priority, run_at, max_attempts, metadata, tags, unique, fair_key)
+        for the next ``.enqueue(**args)`` / ``.aenqueue(**args)``; InvalidJobError naming a bad one."""
         return JobCall(self, {}).using(**options)
 
     def enqueue(self, *legacy: Any, **args: Any) -> Job:
@@ -191,6 +194,7 @@ class ScheduleSpec:
     missed: str = "coalesce"
     catch_up_limit: int = 100
     paused: bool = False  # the state a new row starts in; operators pause/resume it afterwards
+    fair_key: str = ""  # the fired jobs' key; "" = the kind's derived key when it fires, else the default key
 
 
 Resolver = Callable[[str], JobHandler | None]
@@ -308,6 +312,7 @@ def job(
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     discard_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     backoff: Backoff | Callable[[int], float] | None = None,
+    fair_key: FairKeyRule | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandler]:
     """Register a handler for ``kind``. ``async def`` runs on the worker's loop, ``def`` in a thread.
 
@@ -323,8 +328,14 @@ def job(
     once, one of a ``retry_on`` class retries it (while attempts remain), any other follows the
     default rule (retry while attempts remain); ``backoff`` is a ``Backoff`` curve or a callable
     ``attempt -> seconds``. A bad value raises RuleError (a ValueError) here, at declaration.
+
+    ``fair_key`` gives the kind's jobs a fairness key when their enqueue names none: a constant
+    str, or a callable of the job's args dict (``lambda args: f"tenant:{args['tenant_id']}"``),
+    called at enqueue; an explicit ``fair_key=`` at enqueue wins. A callable that raises or returns
+    a bad key refuses that enqueue with InvalidJobError naming the kind.
     """
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
+    key_rule = check_fair_key_rule(kind, fair_key)
     kind_timeout = check_timeout(kind, timeout)
     rules = policy(kind, retry_on=retry_on, discard_on=discard_on, backoff=backoff)
     spec = None
@@ -341,6 +352,7 @@ def job(
             missed=missed,
             catch_up_limit=catch_up_limit,
             paused=paused,
+            key_rule=key_rule,
         )
     elif args is not None:
         raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
@@ -355,6 +367,7 @@ def job(
         for declared in registry.schedules():  # declared with schedule() before the handler existed
             if declared.kind == kind:
                 _check_schedule_args(declared, check)
+                _check_schedule_key(declared, key_rule)
         handler = registry.register(
             JobHandler(
                 kind,
@@ -365,6 +378,7 @@ def job(
                 takes_context=takes_context,
                 timeout=kind_timeout,
                 retry=rules,
+                fair_key=key_rule,
             )
         )
         if spec is not None:
@@ -391,6 +405,19 @@ def _check_schedule_args(spec: ScheduleSpec, check: ArgsCheck | None) -> None:
         )
 
 
+def _check_schedule_key(spec: ScheduleSpec, rule: FairKeyRule | None) -> None:
+    """A schedule without a key of its own gets its kind's derived key when it fires: that the rule
+    gives one for the schedule's args is checked where the schedule is declared."""
+    if spec.fair_key or rule is None:
+        return
+    from awa_django.exceptions import InvalidScheduleError
+
+    try:
+        derive_fair_key(spec.kind, rule, spec.args)
+    except InvalidJobError as exc:
+        raise InvalidScheduleError(None, None, str(exc), name=spec.name, field="fair_key") from None
+
+
 def _schedule_spec(
     name: str,
     kind: str,
@@ -404,6 +431,8 @@ def _schedule_spec(
     missed: str,
     catch_up_limit: int,
     paused: bool,
+    fair_key: object = None,
+    key_rule: FairKeyRule | None = None,
 ) -> ScheduleSpec:
     from awa_django.cron import check_policy, parse
     from awa_django.exceptions import InvalidJobError, InvalidScheduleError
@@ -411,6 +440,7 @@ def _schedule_spec(
     try:
         row = build_row(kind, args, queue=queue, max_attempts=max_attempts, priority=priority)
         build_row(name)  # a schedule's name follows the rules of a kind (non-empty, 255 characters)
+        key = "" if fair_key is None else check_fair_key(fair_key)
     except InvalidJobError as exc:
         where = name if isinstance(name, str) else None
         raise InvalidScheduleError(None, None, str(exc), name=where, field=exc.field) from None
@@ -418,7 +448,7 @@ def _schedule_spec(
     check_policy(missed, catch_up_limit, name=name)
     if not isinstance(paused, bool):
         raise InvalidScheduleError(None, None, f"paused={paused!r} must be True or False", name=name, field="paused")
-    return ScheduleSpec(
+    result = ScheduleSpec(
         name,
         kind,
         spec.expression,
@@ -430,7 +460,10 @@ def _schedule_spec(
         missed,
         catch_up_limit,
         paused,
+        key,
     )
+    _check_schedule_key(result, key_rule)
+    return result
 
 
 def schedule(
@@ -446,6 +479,7 @@ def schedule(
     missed: str = "coalesce",
     catch_up_limit: int = 100,
     paused: bool = False,
+    fair_key: str | None = None,
     registry: Registry = registry,
 ) -> ScheduleSpec:
     """Declare a periodic job: the schedule ``name`` fires ``kind`` with ``args`` at each slot of
@@ -454,7 +488,9 @@ def schedule(
     ``missed`` is what happens to slots that passed while no worker led: ``"coalesce"`` fires one
     job for the latest of them, ``"catch_up"`` fires each, the latest ``catch_up_limit`` at most.
     ``paused`` is the state the schedule's row starts in. Queue, priority and max_attempts default
-    to the kind's ``@job`` options. Raises InvalidScheduleError naming the bad value.
+    to the kind's ``@job`` options. ``fair_key`` is the fired jobs' fairness key; left out, they get
+    the kind's ``@job(fair_key=)`` derived from ``args`` when the schedule fires, else the default
+    key. Raises InvalidScheduleError naming the bad value.
     """
     handler = kind if isinstance(kind, JobHandler) else registry._handlers.get(kind)
     kind_name = kind.kind if isinstance(kind, JobHandler) else kind
@@ -472,6 +508,8 @@ def schedule(
         missed=missed,
         catch_up_limit=catch_up_limit,
         paused=paused,
+        fair_key=fair_key,
+        key_rule=handler.fair_key if handler else None,
     )
     if handler is not None:
         _check_schedule_args(spec, handler.args_check)

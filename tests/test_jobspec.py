@@ -64,6 +64,7 @@ def test_line__a_plain_job_reads_back_as_written(kind: str, queue: str, args: di
         "unique_states": None,
         "run_lease": "0",
         "timeout": None,
+        "fair_key": "",
     }
     assert json.loads(got["args"] or "") == args
 

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from awa_django.models import Job, Queue
+from awa_django.models import FairKey, Job, Queue
 from awa_django.registry import registry
 
 
@@ -58,6 +58,31 @@ class KindFilter(admin.SimpleListFilter):
         if value and has_nul(value):
             return queryset.none()  # no kind holds a NUL
         return queryset.filter(kind=value) if value else queryset
+
+
+DEFAULT_KEY_LABEL = "(default key)"
+
+
+class FairKeyFilter(admin.SimpleListFilter):
+    """Jobs of one fairness key (``?fair_key=tenant:42``; ``?fair_key=`` is the default key).
+    Choices from the FairKey rows and the value in use; never a DISTINCT over awa_job."""
+
+    title = "fairness key"
+    parameter_name = "fair_key"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        keys = set(FairKey.objects.values_list("key", flat=True)[:100]) | {""}
+        if self.value() is not None:
+            keys.add(str(self.value()))
+        return [(key, key or DEFAULT_KEY_LABEL) for key in sorted(keys)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if value is None:
+            return queryset
+        if has_nul(value):
+            return queryset.none()  # no key holds a NUL
+        return queryset.filter(fair_key=value)
 
 
 class StateFilter(admin.ChoicesFieldListFilter):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -17,7 +17,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from awa_django.admin.filters import KindFilter, QueueNameFilter, StateFilter
+from awa_django.admin.fairkeys import key_label
+from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
@@ -37,12 +38,14 @@ class JobChangeList(ChangeList):
 
 @admin.register(Job)
 class JobAdmin(SafeSelectionMixin, _JobAdminBase):
-    list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
-    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
+    list_columns = (
+        "id", "kind", "queue", "fair_key", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at",
+    )  # fmt: skip
+    list_display = ("id", "kind", "queue", "key_shown", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
-    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter)
+    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter, FairKeyFilter)
     search_fields = ("kind",)
-    search_help_text = "A job id, or a kind (exact)."
+    search_help_text = "A job id, or a kind or fairness key (exact)."
     ordering = ("-id",)
     sortable_by = ("id",)
     show_full_result_count = False
@@ -53,14 +56,14 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     change_form_template = "admin/awa/job/change_form.html"
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
-        (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tags")}),
+        (None, {"fields": ("id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags")}),
         ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
         ("Errors", {"fields": ("errors_pretty",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
-        "id", "kind", "queue", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
+        "id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
         "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
         "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
     )  # fmt: skip
@@ -102,13 +105,17 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
             return queryset.filter(pk=job_id), False
         if term.isascii() and term.isdigit():
             return queryset.none(), False  # an id beyond bigint
-        return queryset.filter(kind=term), False
+        return queryset.filter(Q(kind=term) | Q(fair_key=term)), False
 
     # --- columns and detail fields ---
 
     @admin.display(description="state", ordering="state")
     def state_label(self, obj: Job) -> SafeString:
         return format_html('<span class="awa-state awa-state-{}">{}</span>', obj.state, obj.state)
+
+    @admin.display(description="key")
+    def key_shown(self, obj: Job) -> SafeString:
+        return key_label(obj.fair_key)
 
     @admin.display(description="attempts")
     def attempts(self, obj: Job) -> str:

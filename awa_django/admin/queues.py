@@ -1,16 +1,20 @@
 """The Queue admin: each queue's settings with its live stats (counts from one grouped query per
-page, capacity from the live workers' snapshots), pause and resume actions, and the dashboard
-(``DashboardMixin``)."""
+page, capacity from the live workers' snapshots), pause and resume actions, the dashboard
+(``DashboardMixin``) and each queue's fairness keys page (``keys_view``: the top keys by backlog
+and by running, with their share in force)."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -19,6 +23,7 @@ from awa_django.admin.helpers import SafeSelectionMixin
 from awa_django.forms import QueueForm
 from awa_django.models import JobState, Queue
 from awa_django.services.cluster import live_workers
+from awa_django.services.keys import KEYS_SHOWN, queue_keys
 from awa_django.services.queues import pause_queues, resume_queues
 from awa_django.services.stats import COUNTED_STATES, QueueStats, format_age, queue_stats
 
@@ -52,7 +57,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     search_fields = ("name",)
     actions = ("pause_selected", "resume_selected")
     change_list_template = "admin/awa/queue/change_list.html"
-    readonly_fields = ("live_status", "updated_at")
+    readonly_fields = ("live_status", "keys_link", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "paused")}),
         (
@@ -65,6 +70,15 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         ),
         ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
         ("Timing", {"fields": ("deadline", "priority_aging")}),
+        (
+            "Fair keys",
+            {
+                "fields": ("key_weight", "key_max_running", "keys_link"),
+                "description": "Inside the queue, its slots are shared between the fairness keys with due jobs, "
+                "by weight, each capped at its max running. These are every key's defaults; a fairness key "
+                "row overrides them for one key.",
+            },
+        ),
         ("Live", {"fields": ("live_status", "updated_at")}),
     )
 
@@ -73,6 +87,37 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return QueueChangeList
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [path("keys/<path:name>/", self.admin_site.admin_view(self.keys_view), name="awa_queue_keys")]
+        return custom + super().get_urls()
+
+    def keys_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """One queue's fairness keys: the top keys by backlog and by running, each with its weight,
+        cap and share in force. Reads one GROUP BY over the two (queue, fair_key) partial indexes."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if "\x00" in name or not name.strip():
+            raise Http404("no queue has that name")
+        keys = queue_keys(name)
+        row = Queue.objects.filter(name=name).only("pk").first()
+        site = self.admin_site.name
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Fairness keys of queue {name}",
+            "opts": self.opts,
+            "keys": keys,
+            "awa_tables": [
+                (f"Most available (top {KEYS_SHOWN})", keys.by_backlog),
+                (f"Most running (top {KEYS_SHOWN})", keys.by_running),
+            ],
+            "awa_queue_url": reverse("admin:awa_queue_change", args=[row.pk], current_app=site) if row else None,
+            "awa_jobs_url": reverse("admin:awa_job_changelist", current_app=site),
+            "awa_fairkeys_url": (
+                reverse("admin:awa_fairkey_changelist", current_app=site) + "?" + urlencode({"queue": name})
+            ),
+        }
+        return TemplateResponse(request, "admin/awa/queue/keys.html", context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Queue], search_term: str
@@ -136,6 +181,13 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     def overflow_held(self, obj: Queue) -> int | str:
         stats = _stats(obj)
         return stats.overflow_held if "weighted" in stats.modes else "—"
+
+    @admin.display(description="keys in use")
+    def keys_link(self, obj: Queue | None) -> SafeString:
+        if obj is None or obj.pk is None:
+            return format_html('<span class="awa-muted">{}</span>', "saved queues link to their keys here")
+        url = reverse("admin:awa_queue_keys", args=[obj.name], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, "the keys with the most backlog and running, and their shares")
 
     @admin.display(description="live status")
     def live_status(self, obj: Queue | None) -> SafeString:

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 
 from awa_django.cron import parse
 from awa_django.exceptions import InvalidScheduleError
+from awa_django.forms import FairKeyField
 from awa_django.models import Job, Schedule, ScheduleSource
 from awa_django.registry import registry
 from awa_django.services.schedules import (
@@ -44,6 +45,11 @@ NEXT_FIRES_SHOWN = 5
 
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    fair_key = FairKeyField(
+        help_text="The fired jobs' fairness key (e.g. tenant:42); empty = the kind's @job(fair_key=) derived from "
+        "the args, else the default key."
+    )
+
     class Meta:
         model = Schedule
         fields = ("name", *SCHEDULE_CODE_FIELDS, "paused")

@@ -12,6 +12,9 @@ Gauges:
 - ``awa_queue_oldest_available_age_seconds{queue}``: how long the oldest due job has waited
   (0 when none): the queue lag to alert on.
 - ``awa_queue_paused{queue}``: 1 if the queue is paused.
+- ``awa_queue_key_jobs{queue,state,key}``: available and running jobs of the ``AWA['FAIR_KEYS_TOP']``
+  fairness keys with the most of them, per queue and state, and ``key="other"`` for the sum of the
+  rest (a key named "other" is added to it): the series stay bounded however many keys there are.
 - ``awa_workers_live``, ``awa_workers_leader``: worker snapshots seen within the heartbeat
   staleness, and how many of them say they lead maintenance (alert when either is 0).
 """
@@ -34,8 +37,10 @@ DEPTH_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobSta
 
 
 def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
-    """{metric name: [(labels, value)]} read from the database now (four ORM queries)."""
+    """{metric name: [(labels, value)]} read from the database now (four ORM queries and the
+    top keys' statement)."""
     from awa_django.models import Job, Queue, WorkerInstance
+    from awa_django.services.keys import OTHER_KEY, top_keys
 
     alias = awa_settings().DATABASE_ALIAS
     now = timezone.now()
@@ -61,7 +66,16 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
     live = list(
         WorkerInstance.objects.using(alias).filter(last_seen_at__gte=now - staleness).values_list("flags", flat=True)
     )
+    key_jobs: dict[tuple[str, str, str], float] = {}
+    for queue, per_state in top_keys(awa_settings().FAIR_KEYS_TOP).items():
+        for state, entries in per_state.items():
+            for entry in entries:
+                label = OTHER_KEY if entry.other else entry.key
+                key_jobs[(queue, state, label)] = key_jobs.get((queue, state, label), 0.0) + entry.jobs
     return {
+        "awa_queue_key_jobs": [
+            ({"queue": q, "state": s, "key": k}, value) for (q, s, k), value in sorted(key_jobs.items())
+        ],
         "awa_queue_jobs": [
             ({"queue": q, "state": s}, float(counts.get((q, s), 0))) for q in names for s in DEPTH_STATES
         ],
@@ -78,6 +92,8 @@ HELP = {
     "awa_queue_jobs": "Jobs waiting or running, by queue and state (from the database).",
     "awa_queue_oldest_available_age_seconds": "Age of the oldest due, unclaimed job of the queue (0 when none).",
     "awa_queue_paused": "1 if the queue is paused.",
+    "awa_queue_key_jobs": "Available and running jobs of the fairness keys with the most, per queue and state; "
+    'key="other" sums the rest (AWA["FAIR_KEYS_TOP"] keys are named).',
     "awa_workers_live": "Workers whose snapshot is fresher than the heartbeat staleness.",
     "awa_workers_leader": "Live workers that report being the maintenance leader (1 expected).",
 }

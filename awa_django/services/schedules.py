@@ -34,6 +34,7 @@ SCHEDULE_CODE_FIELDS = (
     "max_attempts",
     "missed",
     "catch_up_limit",
+    "fair_key",
 )
 
 
@@ -206,7 +207,8 @@ def resume_schedules(names: Iterable[str], now: datetime | None = None) -> int:
 def run_schedules_now(names: Iterable[str]) -> list[Job]:
     """Enqueue one job for each schedule now, as its next slot would, without moving the
     schedule (its next and last fire times stay). The job's metadata says ``run_now``; it has
-    no unique key, so it never blocks a slot. Works for paused and removed schedules too."""
+    no unique key, so it never blocks a slot. Works for paused and removed schedules too. Its
+    fairness key is the schedule's, else the kind's derived key, as when the schedule fires."""
     wanted = sorted(set(names))
     alias = database_alias()
     jobs: list[Job] = []
@@ -220,6 +222,7 @@ def run_schedules_now(names: Iterable[str]) -> list[Job]:
                     priority=row.priority,
                     max_attempts=row.max_attempts,
                     metadata={"schedule": row.name, "fire_at": timezone.now().isoformat(), "run_now": True},
+                    fair_key=row.fair_key or None,
                 )
             )
     return jobs

@@ -4,5 +4,5 @@
 -- begin_copy_jobs and end_copy_jobs, which NOTIFYs each queue once; the insert trigger skips the rows.
 COPY awa_job (
     kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    errors, metadata, tags, unique_key, unique_states, run_lease, timeout
+    errors, metadata, tags, unique_key, unique_states, run_lease, timeout, fair_key
 ) FROM STDIN

@@ -5,7 +5,9 @@
 --   fire), fire_at_texts (text[], the same slots as ISO 8601 text for the jobs' metadata),
 --   unique_keys (varchar[], one per slot: the schedule name and slot, hashed); last_fire_at,
 --   next_fire_at (timestamptz, the swap; last_fire_at is the latest slot due even if it is not
---   fired, next_fire_at the first slot after now).
+--   fired, next_fire_at the first slot after now); derived_key (varchar: the fairness key the
+--   kind's @job(fair_key=) gives the args the caller read, '' for none). The jobs' key is the
+--   locked row's own fair_key when it has one, else derived_key.
 -- Locking contract (compare-and-swap): the CTE `claimed` locks the schedule row FOR UPDATE only if
 --   it still has the expected last and next fire times, is not paused and is still declared.
 --   A second leader running this for the same slots (failover, split brain) blocks on that lock;
@@ -18,7 +20,7 @@
 -- Wake-up: the statement trigger awa_job_notify_insert NOTIFYs the queue at commit.
 -- Returns one row: advanced (0 or 1) and the ids of the jobs inserted.
 WITH claimed AS (
-    SELECT id, name, kind, queue, args, priority, max_attempts
+    SELECT id, name, kind, queue, args, priority, max_attempts, fair_key
     FROM awa_schedule
     WHERE id = %(id)s::bigint
       AND last_fire_at IS NOT DISTINCT FROM %(expected_last_fire_at)s::timestamptz
@@ -30,12 +32,13 @@ WITH claimed AS (
 inserted AS (
     INSERT INTO awa_job (
         kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        errors, metadata, tags, unique_key, unique_states, run_lease
+        errors, metadata, tags, unique_key, unique_states, run_lease, fair_key
     )
     SELECT c.kind, c.queue, c.args, 'available', c.priority, 0, c.max_attempts, now(), now(),
         '[]'::jsonb, jsonb_build_object('schedule', c.name, 'fire_at', slot.fire_at_text),
         '{}'::varchar[], slot.unique_key,
-        ARRAY['scheduled', 'available', 'running', 'completed', 'retryable', 'failed', 'cancelled']::varchar[], 0
+        ARRAY['scheduled', 'available', 'running', 'completed', 'retryable', 'failed', 'cancelled']::varchar[], 0,
+        CASE WHEN c.fair_key <> '' THEN c.fair_key ELSE %(derived_key)s::varchar END
     FROM claimed AS c,
         unnest(%(fire_ats)s::timestamptz[], %(fire_at_texts)s::text[], %(unique_keys)s::varchar[])
             AS slot(fire_at, fire_at_text, unique_key)

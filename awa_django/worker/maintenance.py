@@ -65,7 +65,7 @@ class Maintenance:
         self._rescue_at = -math.inf  # the first round rescues
         self.rounds = 0
         self.cluster = ClusterLeader(runtime)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(runtime.registry)
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
         self.election: Election = election_for(
             runtime.identity.instance_id,

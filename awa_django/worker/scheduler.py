@@ -8,6 +8,9 @@ cannot both win: see the locking contract in fire_schedule.sql.
 
 Missed slots (no leader was running): ``coalesce`` fires one job for the latest of them,
 ``catch_up`` fires each, the latest ``catch_up_limit`` at most; older ones are skipped and logged.
+
+The fired jobs' fairness key is the schedule's own ``fair_key``, else what the kind's
+``@job(fair_key=)`` derives from the schedule's args (``schedule_key``), else the default key.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_django.cron import CATCH_UP, parse
-from awa_django.exceptions import InvalidScheduleError
+from awa_django.exceptions import InvalidJobError, InvalidScheduleError
+from awa_django.jobspec import derive_fair_key
+from awa_django.registry import Registry, registry
 from awa_django.sql import statements
 
 logger = logging.getLogger(__name__)
@@ -59,10 +64,24 @@ def plan_fire(
     return FirePlan(slots, slots[-1] if slots else None, following, skipped)
 
 
+def schedule_key(kind: str, args: Any, handlers: Registry = registry) -> str:
+    """The key the kind's ``@job(fair_key=)`` derives from a schedule's args ('' for a kind without
+    a rule, or not registered here). InvalidJobError naming the kind if the rule fails."""
+    handler = handlers.registered(kind)
+    rule = handler.fair_key if handler is not None else None
+    return derive_fair_key(kind, rule, args if isinstance(args, dict) else {})
+
+
 def fire_params(
-    schedule_id: int, name: str, expected_last: datetime | None, expected_next: datetime | None, plan: FirePlan
+    schedule_id: int,
+    name: str,
+    expected_last: datetime | None,
+    expected_next: datetime | None,
+    plan: FirePlan,
+    derived_key: str = "",
 ) -> dict[str, Any]:
     return {
+        "derived_key": derived_key,
         "id": schedule_id,
         "expected_last_fire_at": expected_last,
         "expected_next_fire_at": expected_next,
@@ -77,8 +96,9 @@ def fire_params(
 class Scheduler:
     """The leader's schedule duty; owns no connection (the maintenance leader lends its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handlers: Registry = registry) -> None:
         self._reported: set[tuple[int, str, str]] = set()  # invalid rows already logged
+        self._handlers = handlers
 
     async def fire_due(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Fire every due schedule slot; return how many jobs were inserted."""
@@ -97,9 +117,22 @@ class Scheduler:
                     self._reported.add((schedule_id, cron, tz))
                     logger.error("schedule not fired: %s; fix it in the Schedule admin schedule=%s", exc, name)
                 continue
+            derived_key = ""
+            if plan.slots and not row["fair_key"]:
+                try:
+                    derived_key = schedule_key(row["kind"], row["args"], self._handlers)
+                except InvalidJobError as exc:
+                    # The slot still fires (nothing is lost), on the default key; the rule needs fixing.
+                    logger.error(
+                        "schedule fired on the default fairness key: %s; fix the kind's fair_key rule or set the "
+                        "schedule's fair_key schedule=%s",
+                        exc,
+                        name,
+                    )
             async with conn.cursor(row_factory=dict_row) as cursor:
                 await cursor.execute(
-                    statements["fire_schedule"], fire_params(schedule_id, name, last_fire_at, next_fire_at, plan)
+                    statements["fire_schedule"],
+                    fire_params(schedule_id, name, last_fire_at, next_fire_at, plan, derived_key),
                 )
                 fired = await cursor.fetchone()
             advanced, job_ids = (fired["advanced"], fired["job_ids"]) if fired else (0, [])

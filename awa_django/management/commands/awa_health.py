@@ -3,7 +3,9 @@
 Exit status 0 when at least one worker is live (a snapshot newer than ``--stale-after``) and not
 stopping, no unpaused queue's oldest available job has waited longer than ``--max-age``, and no
 unpaused queue with available jobs lacks a live worker serving it; 1 otherwise (the reasons on
-stderr, once; stdout has the report). ``--json`` prints the report as one JSON object.
+stderr, once; stdout has the report). ``--json`` prints the report as one JSON object; each
+queue's ``keys`` there are its ``AWA['FAIR_KEYS_TOP']`` fairness keys with the most available and
+the most running jobs, then one ``"other"`` entry summing the rest (bounded however many keys).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
+from awa_django.conf import awa_settings
 from awa_django.management.arguments import seconds
 from awa_django.services.cluster import cluster_capacity, default_stale_after, live_workers, worker_healthy
+from awa_django.services.keys import top_keys
 from awa_django.services.stats import format_age, queue_stats
+from awa_django.states import JobState
 
 
 class Command(BaseCommand):
@@ -54,6 +59,7 @@ class Command(BaseCommand):
         try:
             workers = live_workers(stale_after, now=now)
             stats = queue_stats(None, workers=workers)
+            keys = top_keys(awa_settings().FAIR_KEYS_TOP)
         except DatabaseError as exc:
             raise CommandError(f"unhealthy: cannot read the job tables: {exc}".strip(), returncode=2) from exc
 
@@ -79,9 +85,15 @@ class Command(BaseCommand):
                     f"queue {entry.name!r}: {entry.available} available job(s) and no live worker serves it; "
                     f"start one with `python manage.py awa_worker -q {entry.name}`, or pause the queue"
                 )
+            per_state = keys.get(entry.name, {})
+            queue_keys = {
+                str(state): [k.as_dict() for k in per_state.get(state, [])]
+                for state in (JobState.AVAILABLE, JobState.RUNNING)
+            }
             queue_reports.append(
                 entry.as_dict(now)
                 | {"healthy": not too_old and not unserved, "too_old": too_old, "no_worker": not entry.capacities}
+                | {"keys": queue_keys}
             )
 
         report = {
@@ -157,4 +169,11 @@ class Command(BaseCommand):
                 f"  {q['name']}{paused} {flag} oldest_available={age_text} {counts} "
                 f"in_flight={q['in_flight']} overflow_held={q['overflow_held']}"
             )
+            backlog = q["keys"][JobState.AVAILABLE]
+            if any(k["key"] or k["other"] for k in backlog):  # more than the default key: say who waits
+                top = " ".join(
+                    f"other={k['jobs']}({k['keys']} keys)" if k["other"] else f"{k['key'] or '(default)'}={k['jobs']}"
+                    for k in backlog
+                )
+                out.write(f"    keys by backlog: {top}")
         # The problems are the CommandError's message (stderr): not repeated here.
