@@ -137,9 +137,7 @@ class Job(models.Model):
                 name="awa_job_finalized_idx",
             ),
             # A workflow's jobs (cancel, retry, the admin's graph); plain jobs have no entry.
-            models.Index(
-                fields=["workflow", "id"], condition=Q(workflow__isnull=False), name="awa_job_workflow_idx"
-            ),
+            models.Index(fields=["workflow", "id"], condition=Q(workflow__isnull=False), name="awa_job_workflow_idx"),
         ]
         constraints = [
             # Unique jobs: enforced by Postgres, only while the row is in one of its unique_states.

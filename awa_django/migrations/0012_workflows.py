@@ -26,9 +26,10 @@ CREATE UNLOGGED TABLE awa_job_waiter (
 
 -- Consume the out-edges of jobs that just ended (ids, and the state each ended in), in the
 -- caller's statement and transaction. Each downstream row is updated once per call and level:
--- pending drops by its edges that ended; at 0 it becomes available (scheduled while its run_at
--- is ahead). An on_success edge whose upstream did not complete cancels the downstream at once,
--- with an error naming the upstream, and the downstream's own out-edges are consumed in turn.
+-- pending drops by its edges that ended; at 0 it becomes available, due now (scheduled while a
+-- run_at it was enqueued with is ahead: one later than its created_at). An on_success edge whose
+-- upstream did not complete cancels the downstream at once, with an error naming the upstream,
+-- and the downstream's own out-edges are consumed in turn.
 -- Only rows still waiting are touched (state guard, re-checked under the row lock), so a
 -- downstream cancelled meanwhile is left alone and no edge is consumed twice; the callers call it
 -- only from the one write that moved an upstream out of running (or waiting, for a cancel).
@@ -57,10 +58,11 @@ BEGIN
             SET pending = greatest(w.pending - h.n, 0),
                 state = CASE WHEN h.doom IS NOT NULL THEN 'cancelled'
                              WHEN w.pending - h.n > 0 THEN 'waiting'
-                             WHEN w.run_at > now() THEN 'scheduled'
+                             WHEN w.run_at > w.created_at AND w.run_at > now() THEN 'scheduled'
                              ELSE 'available' END,
-                run_at = CASE WHEN h.doom IS NULL AND w.pending - h.n <= 0 THEN greatest(w.run_at, now())
-                              ELSE w.run_at END,
+                run_at = CASE WHEN h.doom IS NOT NULL OR w.pending - h.n > 0 THEN w.run_at
+                              WHEN w.run_at > w.created_at AND w.run_at > now() THEN w.run_at
+                              ELSE now() END,
                 finalized_at = CASE WHEN h.doom IS NOT NULL THEN now() END,
                 errors = CASE WHEN h.doom IS NULL THEN w.errors
                               ELSE w.errors || jsonb_build_array(jsonb_build_object(
