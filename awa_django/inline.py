@@ -133,9 +133,10 @@ def _run_immediately(alias: str, job_ids: list[int]) -> None:
 
 def _waits(alias: str, job_id: int) -> bool:
     """Whether the job is a workflow step still waiting for its upstream jobs."""
-    from awa_django.models import Job
-
-    return Job.objects.using(alias).filter(pk=job_id, state=JobState.WAITING).exists()
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["read_job_state"], {"id": job_id})
+        row = cursor.fetchone()
+    return row is not None and row[0] == JobState.WAITING
 
 
 def _log_immediate(run: JobRun) -> None:

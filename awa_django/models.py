@@ -167,6 +167,19 @@ class Job(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until this job ends and return its result (``awa_django.workflows.waiting.wait``):
+        JobFailedError if it failed or was cancelled, TimeoutError after ``timeout`` seconds."""
+        from awa_django.workflows.waiting import wait
+
+        return wait(self.pk, timeout, using=self._state.db)
+
+    async def await_result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - wait()'s twin
+        """``wait`` for async code."""
+        from awa_django.workflows.waiting import await_result
+
+        return await await_result(self.pk, timeout, using=self._state.db)
+
 
 class Queue(models.Model):
     """Per-queue settings, edited in the admin; running workers apply changes live."""

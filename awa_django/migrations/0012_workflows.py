@@ -55,7 +55,7 @@ BEGIN
             GROUP BY e.downstream_id
         ), changed AS (
             UPDATE awa_job AS w
-            SET pending = greatest(w.pending - h.n, 0),
+            SET pending = w.pending - h.n,
                 state = CASE WHEN h.doom IS NOT NULL THEN 'cancelled'
                              WHEN w.pending - h.n > 0 THEN 'waiting'
                              WHEN w.run_at > w.created_at AND w.run_at > now() THEN 'scheduled'

@@ -113,13 +113,6 @@ class JobContext:
 
         return pick(self.job.id, await self.aupstreams(), name)
 
-    def workflow(self) -> Any:
-        """This step's workflow, to add steps to while it runs (``Workflow.extending``): each step
-        added is also an upstream of this step's dependents, so a fan-in after it waits for them."""
-        from awa_django.workflows import Workflow
-
-        return Workflow.extending(self.job.id)
-
     @property
     def job_id(self) -> int:
         return self.job.id

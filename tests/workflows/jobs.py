@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from awa_django import JobContext, TerminalError, job
+from awa_django.workflows import Workflow
 
 
 @job("wf.value", takes_context=True)
@@ -38,7 +39,7 @@ def fail() -> None:
 @job("wf.split", takes_context=True)
 def split(context: JobContext, n: int) -> int:
     """Dynamic fan-out: adds ``n`` parts to its own workflow, before its own dependents."""
-    workflow = context.workflow()
+    workflow = Workflow.extending(context.job_id)
     for i in range(n):
         workflow.add("wf.value", {"value": i}, name="part")
     workflow.enqueue()
