@@ -1,5 +1,5 @@
 """The admin, one module per admin: Job (``jobs``), Queue with its dashboard (``queues``,
-``dashboard``, ``charts``), Schedule (``schedules``) and the cluster view (``cluster``); their
+``dashboard``, ``charts``), Schedule (``schedules``), Workflow (``workflows``) and the cluster view (``cluster``); their
 list filters in ``filters``, what they share in ``helpers``.
 
 Each module registers its admins with ``@admin.register``; Django's autodiscovery imports this
@@ -11,5 +11,6 @@ from awa_django.admin.cluster import ClusterSettingsAdmin, WorkerCapacityAdmin
 from awa_django.admin.jobs import JobAdmin
 from awa_django.admin.queues import QueueAdmin
 from awa_django.admin.schedules import ScheduleAdmin
+from awa_django.admin.workflows import WorkflowAdmin
 
-__all__ = ["ClusterSettingsAdmin", "JobAdmin", "QueueAdmin", "ScheduleAdmin", "WorkerCapacityAdmin"]
+__all__ = ["ClusterSettingsAdmin", "JobAdmin", "QueueAdmin", "ScheduleAdmin", "WorkerCapacityAdmin", "WorkflowAdmin"]
