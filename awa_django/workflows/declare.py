@@ -172,6 +172,7 @@ def _rows(workflow: Workflow, now: datetime) -> list[tuple[Step, JobRow, Any]]:
     from awa_django.managers import kind_defaults
 
     rows = []
+    trace = tracing.current_trace()  # the caller's span, once: every step carries it
     for s in workflow.steps:
         unknown = set(s.options) - _STEP_OPTIONS
         if unknown:
@@ -194,7 +195,7 @@ def _rows(workflow: Workflow, now: datetime) -> list[tuple[Step, JobRow, Any]]:
             priority=options.get("priority", defaults.priority),
             run_at=options.get("run_at"),
             max_attempts=options.get("max_attempts", defaults.max_attempts),
-            metadata=tracing.with_traceparent(options.get("metadata")),
+            metadata=_traced(options.get("metadata"), trace),
             tags=options.get("tags"),
             unique=options.get("unique"),
             now=now,
@@ -204,6 +205,14 @@ def _rows(workflow: Workflow, now: datetime) -> list[tuple[Step, JobRow, Any]]:
             defaults.args_check.check(row.kind, row.args, s.index)
         rows.append((s, row, defaults.timeout))
     return rows
+
+
+def _traced(metadata: Any, trace: Mapping[str, Any] | None) -> Any:
+    """``tracing.with_traceparent`` with the trace read once per enqueue: unchanged without one,
+    for metadata that carries its own, or that is not a mapping (the validation refuses that)."""
+    if trace is None or (metadata is not None and (not isinstance(metadata, Mapping) or "traceparent" in metadata)):
+        return metadata
+    return {**(metadata or {}), **trace}
 
 
 def _edges(s: Step) -> dict[Step | int, Upstream]:

@@ -14,6 +14,7 @@ Edge policies:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -206,16 +207,17 @@ def order(steps: Sequence[Step]) -> list[Step]:
         open_edges[s.index] = len(ups)
         for index in ups:
             dependents[index].append(s)
-    ready = [s for s in steps if open_edges[s.index] == 0]
+    by_index = {s.index: s for s in steps}
+    ready = [s.index for s in steps if open_edges[s.index] == 0]
+    heapq.heapify(ready)  # the lowest declared index first
     ordered: list[Step] = []
     while ready:
-        ready.sort(key=lambda s: s.index)
-        current = ready.pop(0)
+        current = by_index[heapq.heappop(ready)]
         ordered.append(current)
         for dependent in dependents[current.index]:
             open_edges[dependent.index] -= 1
             if open_edges[dependent.index] == 0:
-                ready.append(dependent)
+                heapq.heappush(ready, dependent.index)
     if len(ordered) < len(steps):
         cycle = find_cycle([s for s in steps if open_edges[s.index] > 0])
         names = " -> ".join(f"{s.name!r}" for s in cycle)
