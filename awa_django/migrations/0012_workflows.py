@@ -33,7 +33,10 @@ CREATE UNLOGGED TABLE awa_job_waiter (
 -- Only rows still waiting are touched (state guard, re-checked under the row lock), so a
 -- downstream cancelled meanwhile is left alone and no edge is consumed twice; the callers call it
 -- only from the one write that moved an upstream out of running (or waiting, for a cancel).
--- Index: awa_job_edge's primary key (upstream_id first), then awa_job's primary key.
+-- Index: awa_job_edge's primary key (upstream_id first), then awa_job's primary key: both
+-- lookups are also written `= ANY(array)`, so the plan probes them by key whatever the planner
+-- believes of the tables' sizes (a cached plan made while they looked empty hash-joined a
+-- sequential scan of awa_job: every batch of a fan-in paid for the whole table).
 CREATE FUNCTION awa_release_jobs(ended_ids bigint[], ended_states text[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -48,10 +51,10 @@ BEGIN
         ), hits AS (
             SELECT e.downstream_id AS id,
                    count(*)::int AS n,
-                   (array_agg(format('upstream job %s (%s) ended %s', x.id, e.name, x.state) ORDER BY x.id)
-                       FILTER (WHERE e.policy = 0 AND x.state <> 'completed'))[1] AS doom
+                   min(x.id) FILTER (WHERE e.policy = 0 AND x.state <> 'completed') AS doom
             FROM ended AS x
             JOIN awa_job_edge AS e ON e.upstream_id = x.id
+            WHERE e.upstream_id = ANY(ended_ids)
             GROUP BY e.downstream_id
         ), changed AS (
             UPDATE awa_job AS w
@@ -66,12 +69,18 @@ BEGIN
                 finalized_at = CASE WHEN h.doom IS NOT NULL THEN now() END,
                 errors = CASE WHEN h.doom IS NULL THEN w.errors
                               ELSE w.errors || jsonb_build_array(jsonb_build_object(
-                                  'error', h.doom || ': cancelled, as its on_success edge asks',
+                                  'error', (SELECT format('upstream job %s (%s) ended %s', x.id, e.name, x.state)
+                                            FROM ended AS x
+                                            JOIN awa_job_edge AS e ON e.upstream_id = x.id AND e.downstream_id = w.id
+                                            WHERE x.id = h.doom)
+                                           || ': cancelled, as its on_success edge asks',
                                   'attempt', w.attempt,
                                   'at', now()))
                          END
             FROM hits AS h
-            WHERE w.id = h.id AND w.state = 'waiting'
+            WHERE w.id = h.id
+              AND w.id = ANY(ARRAY(SELECT id FROM hits))
+              AND w.state = 'waiting'
             RETURNING w.id, w.state, w.queue
         ), woken AS (
             SELECT count(pg_notify('awa_jobs', q.queue)) AS n

@@ -14,7 +14,8 @@ from awa_django import Cancel, JobContext, RetryAfter, TerminalError, job
 
 @job("demo_wf_node", takes_context=True, max_attempts=3)
 def node(context: JobContext, value: int, outcome: str = "success") -> dict[str, Any]:
-    """``outcome``: success, fail (terminal), cancel, or retry (fails its first attempt)."""
+    """``outcome``: success, fail (terminal), cancel, retry (fails its first attempt), or crash (its
+    first attempt kills the worker process: another worker rescues it once its heartbeat is stale)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO demo_execution (job_id, attempt, run_lease, pid, started_at) "
@@ -26,6 +27,8 @@ def node(context: JobContext, value: int, outcome: str = "success") -> dict[str,
         raise TerminalError("planned failure")
     if outcome == "cancel":
         raise Cancel("planned cancel")
+    if outcome == "crash" and context.attempt == 1:
+        os._exit(70)
     if outcome == "retry" and context.attempt == 1:
         raise RetryAfter(0.05, "planned retry")
     return {"v": value, "seen": seen}
