@@ -5,10 +5,12 @@ With LISTEN on (``AWA["LISTEN"]``; behind a transaction pooler only with
 ``AWA["LISTEN_DATABASE_URL"]``, a direct connection), the waiter opens its own connection,
 registers the job in ``awa_job_waiter`` (autocommit: the finalising statement must see it),
 LISTENs on ``awa_done`` and reads the row: the statement that ends the job NOTIFYs that channel
-with the job id, but only for jobs someone registered, so a plain job pays one primary-key probe
-of an (almost always empty) unlogged table, not a NOTIFY. A registration made while the ending
-statement was already running can be missed, so the row is read again every ``RECHECK`` seconds
-as well. With LISTEN off the row is polled, from 10 ms backing off to ``POLL_MAX``.
+with the job id, but only for jobs someone registered: for plain jobs the ending statement's
+release call probes an (almost always empty) unlogged table by key, and sends nothing. A
+registration made while the ending statement was already running can be missed, so the row is
+read again as well, 10 ms after the first read and then twice as long each time, up to every
+``RECHECK`` seconds: a short job whose NOTIFY was missed costs milliseconds, a long one a read
+every half second. With LISTEN off the row is polled, from 10 ms backing off to ``POLL_MAX``.
 
 The waiter's connection is its own, never Django's: a caller inside a transaction would not see
 a commit made after its snapshot under REPEATABLE READ, and must not hold its transaction open.
@@ -29,7 +31,7 @@ from awa_django.exceptions import AwaError
 from awa_django.sql import DONE_CHANNEL, statements
 from awa_django.states import JobState
 
-RECHECK = 0.5  # seconds between reads of the row while LISTENing (a missed registration)
+RECHECK = 0.5  # at most this many seconds between reads of the row while LISTENing
 POLL_FIRST = 0.01
 POLL_MAX = 0.5
 _LISTEN = sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL))
@@ -109,13 +111,13 @@ def wait(job_id: int, timeout: float | None = None, *, using: str | None = None)
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise _timed_out(job_id, timeout)
+                step = pause if left is None else min(pause, left)
+                pause = min(pause * 2, RECHECK if listening else POLL_MAX)
                 if listening:
-                    step = RECHECK if left is None else min(RECHECK, left)
                     for _ in conn.notifies(timeout=step, stop_after=1):
                         pass  # any awa_done: read the row again (payloads of other jobs cost one read)
                 else:
-                    time.sleep(pause if left is None else min(pause, left))
-                    pause = min(pause * 2, POLL_MAX)
+                    time.sleep(step)
         finally:
             if listening and not conn.closed:
                 conn.execute(statements["unregister_job_waiter"], {"id": job_id, "token": token})
@@ -149,13 +151,13 @@ async def await_result(
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise _timed_out(job_id, timeout)
+                step = pause if left is None else min(pause, left)
+                pause = min(pause * 2, RECHECK if listening else POLL_MAX)
                 if listening:
-                    step = RECHECK if left is None else min(RECHECK, left)
                     async for _ in conn.notifies(timeout=step, stop_after=1):
                         pass
                 else:
-                    await asyncio.sleep(pause if left is None else min(pause, left))
-                    pause = min(pause * 2, POLL_MAX)
+                    await asyncio.sleep(step)
         finally:
             if listening and not conn.closed:
                 await conn.execute(statements["unregister_job_waiter"], {"id": job_id, "token": token})
