@@ -98,6 +98,7 @@ def _run_immediately(alias: str, job_ids: list[int]) -> None:
 
     with _draining() as pending:
         pending.extend((alias, job_id) for job_id in job_ids)
+        waited: set[tuple[str, int]] = set()  # requeued since the last job ran
         ran = 0
         while pending:
             if ran >= MAX_IMMEDIATE_CHAIN:
@@ -110,13 +111,32 @@ def _run_immediately(alias: str, job_ids: list[int]) -> None:
                 return
             job_alias, job_id = pending.popleft()
             claimed = claim(job_alias, now=database_now(job_alias), limit=1, ids=[job_id])
+            if not claimed and _waits(job_alias, job_id):
+                # A workflow step whose upstream jobs are still to run in this drain (a step's
+                # dynamic fan-out adds them after it): it is tried again after them, once; a job
+                # still waiting when the drain has nothing else left waits for a worker.
+                if any(other != (job_alias, job_id) for other in pending if other not in waited):
+                    waited.add((job_alias, job_id))
+                    pending.append((job_alias, job_id))
+                    continue
+                logger.info("immediate mode left job waiting job_id=%s (its upstream jobs have not ended)", job_id)
+                continue
             if not claimed:
                 # Scheduled for later, its queue paused, or already taken: a worker runs it when due.
                 logger.info("immediate mode left job waiting job_id=%s (not due, queue paused or taken)", job_id)
                 continue
             run = run_claimed(job_alias, claimed[0])
+            waited.clear()
             ran += 1
             _log_immediate(run)
+
+
+def _waits(alias: str, job_id: int) -> bool:
+    """Whether the job is a workflow step still waiting for its upstream jobs."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["read_job_state"], {"id": job_id})
+        row = cursor.fetchone()
+    return row is not None and row[0] == JobState.WAITING
 
 
 def _log_immediate(run: JobRun) -> None:

@@ -313,6 +313,9 @@ class _Bulk:
 class JobQuerySet(models.QuerySet["Job"]):
     """Query helpers named after the job states."""
 
+    def waiting(self) -> JobQuerySet:
+        return self.filter(state=JobState.WAITING)
+
     def scheduled(self) -> JobQuerySet:
         return self.filter(state=JobState.SCHEDULED)
 

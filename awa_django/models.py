@@ -8,6 +8,7 @@
 - ``Schedule``: a periodic job.
 - ``FairKey``: one fairness key's weight and cap inside a queue, overriding the queue's defaults.
 - ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
+- ``Workflow`` and ``JobEdge``: jobs that wait for jobs (``awa_django.workflows``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ class Job(models.Model):
         blank=True,
         help_text="the queue's slots are shared fairly between keys (e.g. tenant:42); empty = the default key",
     )
+    # A workflow step's workflow, and how many of its upstream edges are still open (it is
+    # ``waiting`` while that is above 0). No foreign key: the row stays cheap to write and to delete.
+    workflow = models.ForeignKey(
+        "Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="jobs",
+    )
+    pending = models.IntegerField(default=0, db_default=0, help_text="upstream edges still open (waiting jobs)")
 
     objects = JobManager.from_queryset(JobQuerySet)()
 
@@ -123,6 +136,8 @@ class Job(models.Model):
                 condition=Q(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]),
                 name="awa_job_finalized_idx",
             ),
+            # A workflow's jobs (cancel, retry, the admin's graph); plain jobs have no entry.
+            models.Index(fields=["workflow", "id"], condition=Q(workflow__isnull=False), name="awa_job_workflow_idx"),
         ]
         constraints = [
             # Unique jobs: enforced by Postgres, only while the row is in one of its unique_states.
@@ -151,6 +166,19 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until this job ends and return its result (``awa_django.workflows.waiting.wait``):
+        JobFailedError if it failed or was cancelled, TimeoutError after ``timeout`` seconds."""
+        from awa_django.workflows.waiting import wait
+
+        return wait(self.pk, timeout, using=self._state.db)
+
+    async def await_result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - wait()'s twin
+        """``wait`` for async code."""
+        from awa_django.workflows.waiting import await_result
+
+        return await await_result(self.pk, timeout, using=self._state.db)
 
 
 class Queue(models.Model):
@@ -462,3 +490,46 @@ class LeaderLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} until {self.expires_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs enqueued together (``awa_django.workflows.Workflow``); its jobs point here."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
+    created_at = models.DateTimeField(default=timezone.now)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "awa_workflow"
+        ordering = ["-id"]
+        constraints = [models.CheckConstraint(condition=~Q(name=""), name="awa_workflow_name_not_empty")]
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.pk}"
+
+
+class EdgePolicy(models.IntegerChoices):
+    """What an upstream job's end does to its dependent."""
+
+    ON_SUCCESS = 0, "on_success: runs once the upstream completed; cancelled if it failed or was cancelled"
+    ALWAYS = 1, "always: runs once the upstream ended, however it ended"
+
+
+class JobEdge(models.Model):
+    """``downstream`` waits for ``upstream``. Read by the release with the primary key (upstream
+    first): O(out-edges) per finished job. ``name`` is how the downstream reads the upstream's
+    result (``context.upstream(name)``). No foreign keys: ids of jobs retention deleted may stay."""
+
+    pk = models.CompositePrimaryKey("upstream_id", "downstream_id")
+    upstream_id = models.BigIntegerField()
+    downstream_id = models.BigIntegerField()
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
+    policy = models.SmallIntegerField(choices=EdgePolicy.choices, default=EdgePolicy.ON_SUCCESS)
+
+    class Meta:
+        db_table = "awa_job_edge"
+        indexes = [models.Index(fields=["downstream_id"], name="awa_job_edge_downstream_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.upstream_id} -> {self.downstream_id} ({self.name})"

@@ -14,6 +14,7 @@ from enum import StrEnum
 class JobState(StrEnum):
     """Where a job is in its life (docs/design.md, "Lifecycle")."""
 
+    WAITING = "waiting"  # waits for its upstream jobs (a workflow step): in no claim index
     SCHEDULED = "scheduled"  # waits for run_at
     AVAILABLE = "available"  # due: claimable
     RUNNING = "running"  # claimed by a worker, under a run_lease

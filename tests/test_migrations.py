@@ -27,6 +27,7 @@ PARTIAL_INDEXES = {
         "((state)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, "
         "'cancelled'::character varying])::text[]))",
     ),
+    "awa_job_workflow_idx": ("(workflow_id, id)", "(workflow_id IS NOT NULL)"),
     "awa_job_unique_key_uniq": (
         "(unique_key)",
         "((unique_key IS NOT NULL) AND ((state)::text = ANY ((unique_states)::text[])))",

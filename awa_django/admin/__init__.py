@@ -1,6 +1,6 @@
 """The admin, one module per admin: Job (``jobs``), Queue with its dashboard (``queues``,
-``dashboard``, ``charts``), Schedule (``schedules``), fairness keys (``fairkeys``) and the
-cluster view (``cluster``); their
+``dashboard``, ``charts``), Schedule (``schedules``), fairness keys (``fairkeys``), Workflow
+(``workflows``) and the cluster view (``cluster``); their
 list filters in ``filters``, what they share in ``helpers``.
 
 Each module registers its admins with ``@admin.register``; Django's autodiscovery imports this
@@ -13,5 +13,14 @@ from awa_django.admin.fairkeys import FairKeyAdmin
 from awa_django.admin.jobs import JobAdmin
 from awa_django.admin.queues import QueueAdmin
 from awa_django.admin.schedules import ScheduleAdmin
+from awa_django.admin.workflows import WorkflowAdmin
 
-__all__ = ["ClusterSettingsAdmin", "FairKeyAdmin", "JobAdmin", "QueueAdmin", "ScheduleAdmin", "WorkerCapacityAdmin"]
+__all__ = [
+    "ClusterSettingsAdmin",
+    "FairKeyAdmin",
+    "JobAdmin",
+    "QueueAdmin",
+    "ScheduleAdmin",
+    "WorkerCapacityAdmin",
+    "WorkflowAdmin",
+]

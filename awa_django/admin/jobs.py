@@ -60,12 +60,14 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
         ("Errors", {"fields": ("errors_pretty",)}),
+        ("Workflow", {"fields": ("workflow_links",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
         "id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
         "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
         "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
+        "workflow_links",
     )  # fmt: skip
 
     class Media:
@@ -108,6 +110,12 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         return queryset.filter(Q(kind=term) | Q(fair_key=term)), False
 
     # --- columns and detail fields ---
+
+    @admin.display(description="workflow")
+    def workflow_links(self, obj: Job) -> SafeString:
+        from awa_django.admin.workflows import neighbour_links  # the workflow admin's own rendering
+
+        return neighbour_links(obj, self.admin_site.name)
 
     @admin.display(description="state", ordering="state")
     def state_label(self, obj: Job) -> SafeString:

@@ -6,14 +6,16 @@ rows it changed.
 Locking contract: the affected rows are locked with ``SELECT … FOR UPDATE`` (in id order) and
 re-checked against their state before they are changed, in one transaction. A worker's
 finalising write is guarded by ``(id, state = 'running', run_lease)``, so once a running job is
-cancelled or discarded here, the worker's late write matches nothing.
+cancelled or discarded here, the worker's late write matches nothing. A job that ends here
+(cancelled, or discarded before it ended) releases its workflow dependents in the same
+transaction (``release_ended_jobs``): they are cancelled, or run anyway on an ``always`` edge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
@@ -24,7 +26,7 @@ from awa_django.services.db import database_alias, notify
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
-CANCELLABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
+CANCELLABLE_FROM = (JobState.WAITING, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
 
 
 def _ids(ids: Iterable[int | str]) -> list[int]:
@@ -110,10 +112,18 @@ def cancel_jobs(ids: Iterable[int | str]) -> int:
             .filter(pk__in=[r[0] for r in rows])
             .update(state=JobState.CANCELLED, finalized_at=timezone.now(), heartbeat_at=None, deadline_at=None)
         )
+        release_ended([r[0] for r in rows], JobState.CANCELLED)
         running = [r[0] for r in rows if r[2] == JobState.RUNNING]
         if running:
             notify(statements["notify_cancelled_jobs"], {"channel": CANCEL_CHANNEL, "ids": running})
     return changed
+
+
+def release_ended(ids: Sequence[int], state: JobState) -> None:
+    """Consume the out-edges of jobs just ended in ``state`` in this transaction (their rows locked)."""
+    if ids:
+        with connections[database_alias()].cursor() as cursor:
+            cursor.execute(statements["release_ended_jobs"], {"ids": list(ids), "states": [state.value] * len(ids)})
 
 
 def discard_jobs(ids: Iterable[int | str]) -> int:
@@ -128,6 +138,7 @@ def discard_jobs(ids: Iterable[int | str]) -> int:
         rows = _locked(wanted, [s.value for s in JobState])
         if not rows:
             return 0
+        release_ended([r[0] for r in rows if not JobState(r[2]).is_terminal], JobState.CANCELLED)
         deleted, _ = Job.objects.using(database_alias()).filter(pk__in=[r[0] for r in rows]).delete()
         running = [r[0] for r in rows if r[2] == JobState.RUNNING]
         if running:

@@ -48,5 +48,7 @@ JOBS_CHANNEL = "awa_jobs"
 QUEUES_CHANNEL = "awa_queues"
 # Cancellation of running jobs: payload the job id; the worker holding it tells its handler.
 CANCEL_CHANNEL = "awa_cancel"
+# A job someone awaits (awa_job_waiter) ended: payload the job id (awa_release_jobs sends it).
+DONE_CHANNEL = "awa_done"
 # The LISTEN connection's health check: it NOTIFYs itself here and expects the echo back in time.
 LISTEN_PING_CHANNEL = "awa_listen_ping"

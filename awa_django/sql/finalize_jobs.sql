@@ -8,6 +8,11 @@
 --   so the planner cannot prove the running-only partial indexes apply: their estimates count live
 --   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
 --   ran, and a plan that scans one of them and hash-joins the ids costs the whole history per batch.
+-- Release: the rows this statement ended are handed to awa_release_jobs (migration 0012) once, in
+--   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
+--   waiters. Only the write that moved a row out of running returns it, so a late write of a
+--   rescued attempt releases nothing and each job's edges are consumed exactly once.
+WITH done AS (
 UPDATE awa_job AS j
 SET state = d.state,
     run_at = CASE WHEN d.delay IS NULL THEN j.run_at ELSE now() + d.delay * interval '1 second' END,
@@ -25,4 +30,10 @@ FROM unnest(
 WHERE j.id = d.id
   AND (j.state = 'running') IS TRUE
   AND j.run_lease = d.lease
-RETURNING j.id
+RETURNING j.id, j.state
+), released AS (
+    SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n
+    FROM done
+    WHERE state IN ('completed', 'failed', 'cancelled')
+)
+SELECT done.id FROM done, released

@@ -6,6 +6,10 @@
 -- Index: awa_job_running_hb_idx and awa_job_running_dl_idx (partial, state = 'running').
 -- Locking: SKIP LOCKED, so a worker finalising the same row right now wins, and the rescue skips it.
 -- Bumping run_lease makes any late write by the old worker miss its guard.
+-- Release: the rows this statement failed (attempts used up) are handed to awa_release_jobs (migration 0012) once, in
+--   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
+--   waiters. Only the write that moved a row out of running returns it, so a late write of a
+--   rescued attempt releases nothing and each job's edges are consumed exactly once.
 WITH stale AS (
     SELECT id
     FROM awa_job
@@ -14,7 +18,7 @@ WITH stale AS (
     ORDER BY id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
-)
+), rescued AS (
 UPDATE awa_job AS j
 SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
     run_at = now(),
@@ -34,3 +38,8 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
 FROM stale
 WHERE j.id = stale.id
 RETURNING j.id, j.state, j.kind, j.queue, j.attempt, j.errors -> -1 ->> 'error' AS reason
+), released AS (
+    SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n FROM rescued WHERE state = 'failed'
+)
+SELECT rescued.id, rescued.state, rescued.kind, rescued.queue, rescued.attempt, rescued.reason
+FROM rescued, released

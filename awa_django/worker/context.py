@@ -68,7 +68,7 @@ class JobContext:
     Safe to use from async handlers and from sync handlers in worker threads.
     """
 
-    __slots__ = ("_cancel", "_progress", "_progress_json", "finishing", "job", "running_thread")
+    __slots__ = ("_cancel", "_progress", "_progress_json", "_upstreams", "finishing", "job", "running_thread")
 
     def __init__(self, job: ClaimedJob) -> None:
         self.job = job
@@ -84,6 +84,36 @@ class JobContext:
         # A sync handler's thread still running past the deadline (the attempt has ended): the
         # worker keeps the attempt's slot until this future is done.
         self.running_thread: asyncio.Future[Any] | None = None
+        self._upstreams: list[Any] | None = None  # a workflow step's upstream results, read once
+
+    def upstreams(self, name: str | None = None) -> list[Any]:
+        """This workflow step's upstream jobs (``UpstreamResult``: name, job_id, state, result),
+        all of them or those named ``name``; read from the database on first use (a ``def``
+        handler; ``async def`` handlers await ``aupstreams``)."""
+        if self._upstreams is None:
+            from awa_django.workflows.results import read_upstreams  # Django, only for workflow steps
+
+            self._upstreams = read_upstreams(self.job.id)
+        return [u for u in self._upstreams if name is None or u.name == name]
+
+    def upstream(self, name: str) -> Any:
+        """The result of this step's one upstream named ``name`` (the upstream step's name);
+        ``UpstreamError`` if there is none, several, or it did not complete."""
+        from awa_django.workflows.results import pick
+
+        return pick(self.job.id, self.upstreams(), name)
+
+    async def aupstreams(self, name: str | None = None) -> list[Any]:
+        """``upstreams`` for ``async def`` handlers."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.upstreams)(name)
+
+    async def aupstream(self, name: str) -> Any:
+        """``upstream`` for ``async def`` handlers."""
+        from awa_django.workflows.results import pick
+
+        return pick(self.job.id, await self.aupstreams(), name)
 
     @property
     def job_id(self) -> int:

@@ -13,6 +13,7 @@ from django.core.mail import send_mail
 from django.utils import timezone
 
 from awa_django import JobContext, job
+from testproject.demo import workflow_jobs as workflow_jobs  # registers demo_wf_node
 from testproject.demo.models import Execution
 
 logger = logging.getLogger(__name__)

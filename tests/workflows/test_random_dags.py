@@ -1,0 +1,131 @@
+"""Random DAGs run by two worker processes on real Postgres: every step starts only once its
+upstream jobs allow it, each dependent is released exactly once, nothing is left waiting, failure
+and cancellation propagate per edge policy, and the results a step reads are its upstreams'.
+
+The expected end of every step follows from the graph alone: a step whose ``on_success`` upstream
+did not complete is cancelled without running; any other step runs and ends as its planned
+outcome says (a planned retry fails its first attempt, then completes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from awa_django.models import TERMINAL_STATES, Job, JobEdge, JobState
+from awa_django.workflows import Workflow, always
+from testproject.demo.models import Execution
+from tests.harness import wait_until
+from tests.worker.support import Spawner
+
+QUEUES = ("wf_a", "wf_b")
+OUTCOMES = ("success", "success", "success", "fail", "retry", "cancel")
+ENDS = {
+    "success": JobState.COMPLETED,
+    "retry": JobState.COMPLETED,
+    "fail": JobState.FAILED,
+    "cancel": JobState.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    outcome: str
+    queue: str
+    upstreams: tuple[tuple[int, str], ...]  # (index of an earlier node, policy)
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> list[Node]:
+    size = draw(st.integers(1, 14))
+    nodes: list[Node] = []
+    for index in range(size):
+        ups = draw(st.sets(st.integers(0, index - 1), max_size=min(index, 4))) if index else set()
+        nodes.append(
+            Node(
+                outcome=draw(st.sampled_from(OUTCOMES)),
+                queue=draw(st.sampled_from(QUEUES)),
+                upstreams=tuple((u, draw(st.sampled_from(("on_success", "always")))) for u in sorted(ups)),
+            )
+        )
+    return nodes
+
+
+def expected_ends(nodes: list[Node]) -> list[tuple[JobState, bool]]:
+    """(final state, whether it ran) per node, from the graph and the planned outcomes."""
+    ends: list[tuple[JobState, bool]] = []
+    for node in nodes:
+        doomed = any(policy == "on_success" and ends[u][0] != JobState.COMPLETED for u, policy in node.upstreams)
+        ends.append((JobState.CANCELLED, False) if doomed else (ENDS[node.outcome], True))
+    return ends
+
+
+@pytest.mark.subprocess
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nodes=dags())
+def test_random_dags__release_order_exactly_once_and_propagation(spawn: Spawner, nodes: list[Node]) -> None:
+    if not spawn.started:
+        for _ in range(2):  # two worker processes share every queue
+            spawn("-q", QUEUES[0], "-q", QUEUES[1], name="wf-worker")
+    wf = Workflow("random-dag")
+    steps = []
+    for index, node in enumerate(nodes):
+        after = [steps[u] if policy == "on_success" else always(steps[u]) for u, policy in node.upstreams]
+        steps.append(
+            wf.add(
+                "demo_wf_node",
+                {"value": index, "outcome": node.outcome},
+                after=after,
+                queue=node.queue,
+                name=f"n{index}",
+            )
+        )
+    wf.enqueue()
+    ids = [s.id for s in steps]
+
+    def ended() -> bool:
+        return not Job.objects.filter(pk__in=ids).exclude(state__in=list(TERMINAL_STATES)).exists()
+
+    wait_until(ended, timeout=60, what=f"every step of {nodes} to end")
+    for worker in spawn.started:
+        worker.assert_alive()
+
+    rows = {job.pk: job for job in Job.objects.filter(pk__in=ids)}
+    starts: dict[int, list[Any]] = {}
+    for execution in Execution.objects.filter(job_id__in=ids).order_by("started_at"):
+        starts.setdefault(execution.job_id, []).append(execution.started_at)
+    for index, (node, (state, ran)) in enumerate(zip(nodes, expected_ends(nodes), strict=True)):
+        row = rows[ids[index]]
+        assert (index, row.state) == (index, state), nodes
+        # A released step consumed each of its edges once; a cancelled one may keep edges that
+        # ended after it was cancelled, but none is ever consumed twice.
+        assert row.pending == 0 if ran else row.pending >= 0, f"step {index}: pending={row.pending}"
+        attempts = 2 if ran and node.outcome == "retry" else int(ran)
+        assert len(starts.get(row.pk, [])) == attempts, (index, nodes)
+        for u, _ in node.upstreams:
+            if ran:
+                upstream = rows[ids[u]]
+                assert starts[row.pk][0] >= upstream.finalized_at, f"step {index} started before its upstream {u} ended"
+        if not ran:  # cancelled by the first on_success upstream that did not complete, named in its error
+            dooming = [
+                rows[ids[u]]
+                for u, policy in node.upstreams
+                if policy == "on_success" and rows[ids[u]].state != JobState.COMPLETED
+            ]
+            first = min(up.finalized_at for up in dooming)
+            assert row.finalized_at >= first
+            named = [
+                up
+                for up in dooming
+                if f"upstream job {up.pk} (n{ids.index(up.pk)}) ended {up.state}" in row.errors[-1]["error"]
+            ]
+            assert named, row.errors
+        if ran and state == JobState.COMPLETED:
+            completed_ups = {str(ids[u]): u for u, _ in node.upstreams if rows[ids[u]].state == JobState.COMPLETED}
+            assert row.result["seen"] == completed_ups
+            assert all(rows[int(i)].result["v"] == v for i, v in row.result["seen"].items())
+    assert JobEdge.objects.filter(downstream_id__in=ids).count() == sum(len(n.upstreams) for n in nodes)
