@@ -352,12 +352,15 @@ class Worker:
             self.config.shutdown_timeout,
             len(left),
         )
+        ids = [entry.job.id for entry in left]
         params = {
-            "ids": [entry.job.id for entry in left],
+            "ids": ids,
             "leases": [entry.job.run_lease for entry in left],
             "reason": f"worker stopped: the job was still running after the {self.config.shutdown_timeout}s "
             "shutdown timeout; handed back to run again",
         }
+
+        self.completer.note_handed_back(ids)
 
         async def write() -> None:
             async with self.runtime.pool.connection() as conn:
@@ -393,9 +396,12 @@ class Worker:
             await asyncio.wait_for(self.maintenance.close(), grace)
         await self.runtime.pool.close(timeout=grace)
         self.executor.shutdown()
+        # Only the refusals that happened are named: "lost=0" on every clean stop reads as a loss.
+        completer = self.completer
+        refused = {"discarded": completer.discarded, "handed_back": completer.handed_back, "lost": completer.lost}
         logger.info(
-            "worker stopped instance=%s written=%d lost=%d",
+            "worker stopped instance=%s written=%d%s",
             self.instance_id,
-            self.completer.written,
-            self.completer.lost,
+            completer.written,
+            "".join(f" {name}={count}" for name, count in refused.items() if count),
         )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 import urllib.request
 from collections.abc import Callable
-from typing import Any
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -183,7 +183,7 @@ def test_depth_view__closed_by_default__staff_or_token_or_the_open_setting(
     assert anonymous.status_code == 403
     assert b"METRICS_TOKEN" in anonymous.content and b"METRICS_OPEN" in anonymous.content
     clerk = Client()
-    clerk.force_login(django_user_model.objects.create_user("clerk", password="x"))  # noqa: S106
+    clerk.force_login(django_user_model.objects.create_user("clerk", password="x"))
     assert clerk.get("/awa/metrics").status_code == 403  # logged in, not staff
     assert admin_client.get("/awa/metrics").status_code == 200
     with override_settings(AWA={"METRICS_TOKEN": "s3cret"}):
