@@ -238,7 +238,7 @@ class Worker:
         logger.info(
             "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
             self.instance_id,
-            self.allocator.mode,
+            self.config.mode,  # as configured: in cluster scope the allocator enforces the leader's caps
             self.config.capacity_scope,
             self.config.global_max_workers,
             shown,

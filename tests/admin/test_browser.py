@@ -177,7 +177,7 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             # each read is retried when the refresh swapped its element away mid-read.
             assert unswapped(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed"))
             body = unswapped(driver, lambda d: d.find_element(By.ID, "awa-dashboard").text)
-            assert "emails: Weighted(min 2, weight 5, overflow held " in body  # held varies while it polls
+            assert "emails: weighted: min 2, weight 5, overflow held " in body  # held varies while it polls
             assert f"{worker.hostname}:{worker.pid}" in body
             stamp = unswapped(
                 driver, lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
