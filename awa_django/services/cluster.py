@@ -203,6 +203,8 @@ def global_maximum(workers: Sequence[WorkerInstance]) -> GlobalMaximum:
             reason = f"the Cluster settings row sets {cluster['setting']}"
         else:
             reason = f"the cluster workers were started with {in_force}"
+        if configured is None and in_force is not None:
+            reason += ", so the cluster runs in weighted mode"
         return GlobalMaximum(configured, [] if in_force is None else [in_force], reason)
     values = sorted({w.global_max_workers for w in workers}, key=lambda v: -1 if v is None else v)
     applied = [int(v) for v in values if v is not None]
