@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from awa_django.admin.filters import KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
+from awa_django.admin.running import RunningNowMixin
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -36,7 +37,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, _JobAdminBase):
+class JobAdmin(SafeSelectionMixin, RunningNowMixin):
     list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
@@ -54,14 +55,27 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tags")}),
-        ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at",
+                    "run_at",
+                    "attempted_at",
+                    "attempted_by",
+                    "heartbeat_at",
+                    "deadline_at",
+                    "finalized_at",
+                )
+            },
+        ),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
         ("Errors", {"fields": ("errors_pretty",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
         "id", "kind", "queue", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
-        "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
+        "attempted_at", "attempted_by", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
         "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
     )  # fmt: skip
 

@@ -86,13 +86,14 @@ class Worker:
         allocator = Allocator(None if config.capacity_scope == "cluster" else config.global_max_workers, config.queues)
         stop = Stop()
         pool = make_pool(config.database_alias, config.pool_size)
-        runners = Runners(config, allocator, pool, stop)
+        identity = Identity()
+        runners = Runners(config, allocator, pool, stop, worker=identity.name)
         self.executor = Executor(registry, config.sync_threads)
         self.completer = Completer(pool, hand_over=runners)
         attempts = Attempts(self.executor, self.completer, registry=registry, metrics=metrics, stop=stop)
         self.runtime = runtime = Runtime(
             config=config,
-            identity=Identity(),
+            identity=identity,
             allocator=allocator,
             pool=pool,
             registry=registry,
