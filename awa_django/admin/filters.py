@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from awa_django.models import Job, Queue
+from awa_django.models import FairKey, Job, Queue
 from awa_django.registry import registry
 
 
@@ -69,3 +69,29 @@ class StateFilter(admin.ChoicesFieldListFilter):
             return queryset.none()
         filtered = super().queryset(request, queryset)
         return queryset if filtered is None else filtered
+
+
+class FairKeyFilter(admin.SimpleListFilter):
+    """Choices from the FairKey rows and the default key; never a DISTINCT over awa_job. Any key
+    can be asked for by URL (``?fair_key=tenant:42``)."""
+
+    title = "fairness key"
+    parameter_name = "fair_key"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        keys = set(FairKey.objects.values_list("key", flat=True)[:200])
+        if self.value() is not None:
+            keys.add(str(self.value()))
+        return [(key, key or "(default key)") for key in sorted(keys)]
+
+    def value(self) -> str | None:
+        value = super().value()
+        return None if value is None else str(value)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if value is None:
+            return queryset
+        if has_nul(value):
+            return queryset.none()  # no key holds a NUL
+        return queryset.filter(fair_key=value)

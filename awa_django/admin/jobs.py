@@ -17,9 +17,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from awa_django.admin.filters import KindFilter, QueueNameFilter, StateFilter
+from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.admin.running import RunningNowMixin
+from awa_django.admin.search import HELP as SEARCH_HELP
+from awa_django.admin.search import search_jobs
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -41,9 +43,12 @@ class JobAdmin(SafeSelectionMixin, RunningNowMixin):
     list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
-    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter)
+    list_filter = (
+        ("state", StateFilter), QueueNameFilter, KindFilter, FairKeyFilter,
+        ("created_at", admin.DateFieldListFilter), ("finalized_at", admin.DateFieldListFilter),
+    )  # fmt: skip
     search_fields = ("kind",)
-    search_help_text = "A job id, or a kind (exact)."
+    search_help_text = SEARCH_HELP
     ordering = ("-id",)
     sortable_by = ("id",)
     show_full_result_count = False
@@ -106,17 +111,7 @@ class JobAdmin(SafeSelectionMixin, RunningNowMixin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        term = search_term.strip().lstrip("#")
-        if not term:
-            return queryset, False
-        if "\x00" in term:
-            return queryset.none(), False  # no kind holds a NUL
-        job_id = parse_id(term)
-        if job_id is not None:
-            return queryset.filter(pk=job_id), False
-        if term.isascii() and term.isdigit():
-            return queryset.none(), False  # an id beyond bigint
-        return queryset.filter(kind=term), False
+        return search_jobs(queryset, search_term), False
 
     # --- columns and detail fields ---
 
