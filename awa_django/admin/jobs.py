@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from awa_django.admin.bulk import BulkMixin
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.admin.running import RunningNowMixin
@@ -39,7 +40,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, RunningNowMixin):
+class JobAdmin(SafeSelectionMixin, BulkMixin, RunningNowMixin):
     list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")

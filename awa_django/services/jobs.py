@@ -4,7 +4,9 @@ Each takes ids, changes only the rows in a state the action applies to, and retu
 rows it changed.
 
 Locking contract: the affected rows are locked with ``SELECT … FOR UPDATE`` (in id order) and
-re-checked against their state before they are changed, in one transaction. A worker's
+re-checked against their state before they are changed, in one transaction; with
+``skip_locked=True`` (the admin's bulk actions) a row another transaction holds is skipped, so a
+chunk never waits behind a worker's claim or finalising write. A worker's
 finalising write is guarded by ``(id, state = 'running', run_lease)``, so once a running job is
 cancelled or discarded here, the worker's late write matches nothing.
 """
@@ -31,18 +33,19 @@ def _ids(ids: Iterable[int | str]) -> list[int]:
     return sorted({int(i) for i in ids})
 
 
-def _locked(ids: list[int], states: Sequence[str]) -> list[tuple[int, str, str]]:
-    """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state)."""
+def _locked(ids: list[int], states: Sequence[str], skip_locked: bool = False) -> list[tuple[int, str, str]]:
+    """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state).
+    With ``skip_locked`` a row locked elsewhere (a worker finalising it) is left out, not waited for."""
     return list(
         Job.objects.using(database_alias())
-        .select_for_update()
+        .select_for_update(skip_locked=skip_locked)
         .filter(pk__in=ids, state__in=list(states))
         .order_by("pk")
         .values_list("pk", "queue", "state")
     )
 
 
-def retry_jobs(ids: Iterable[int | str]) -> int:
+def retry_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     """Failed or cancelled jobs become available now; return how many did.
 
     The attempt count is kept; ``max_attempts`` is raised to ``attempt + 1`` where the job had
@@ -54,7 +57,7 @@ def retry_jobs(ids: Iterable[int | str]) -> int:
         return 0
     alias = database_alias()
     with transaction.atomic(using=alias):
-        rows = _locked(wanted, RETRYABLE_FROM)
+        rows = _locked(wanted, RETRYABLE_FROM, skip_locked)
         changed: list[tuple[int, str]] = []
         for start in range(0, len(rows), 1000):
             batch = rows[start : start + 1000]
@@ -91,7 +94,7 @@ def _make_available(ids: list[int]) -> int:
     )
 
 
-def cancel_jobs(ids: Iterable[int | str]) -> int:
+def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     """Jobs not yet finished become cancelled; return how many did.
 
     For a running job the worker holding it is told through ``pgnotify('awa_cancel', id)``
@@ -102,7 +105,7 @@ def cancel_jobs(ids: Iterable[int | str]) -> int:
     if not wanted:
         return 0
     with transaction.atomic(using=database_alias()):
-        rows = _locked(wanted, CANCELLABLE_FROM)
+        rows = _locked(wanted, CANCELLABLE_FROM, skip_locked)
         if not rows:
             return 0
         changed = (
@@ -116,7 +119,7 @@ def cancel_jobs(ids: Iterable[int | str]) -> int:
     return changed
 
 
-def discard_jobs(ids: Iterable[int | str]) -> int:
+def discard_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     """Delete jobs, whatever their state; return how many were deleted.
 
     A running job's worker is told as for a cancel, so its handler stops early.
@@ -125,7 +128,7 @@ def discard_jobs(ids: Iterable[int | str]) -> int:
     if not wanted:
         return 0
     with transaction.atomic(using=database_alias()):
-        rows = _locked(wanted, [s.value for s in JobState])
+        rows = _locked(wanted, [s.value for s in JobState], skip_locked)
         if not rows:
             return 0
         deleted, _ = Job.objects.using(database_alias()).filter(pk__in=[r[0] for r in rows]).delete()
