@@ -18,11 +18,13 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from awa_django.admin.bulk import BulkMixin
+from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import HELP as SEARCH_HELP
 from awa_django.admin.search import search_jobs
+from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -40,7 +42,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, BulkMixin, RunningNowMixin):
+class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
     list_columns = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at")
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
@@ -156,7 +158,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, RunningNowMixin):
                     entry.get("at", ""),
                     entry.get("error", ""),
                     format_html('<div class="awa-muted awa-error-rule">rule: {}</div>', rule) if rule else "",
-                    format_html('<pre class="awa-pre awa-traceback">{}</pre>', traceback) if traceback else "",
+                    fold_traceback(str(traceback)) if traceback else "",
                 )
             )
         rows = format_html_join(
