@@ -24,6 +24,7 @@ from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, 
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import HELP as SEARCH_HELP
 from awa_django.admin.search import search_jobs
+from awa_django.admin.timeline import attempt_timeline
 from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
@@ -78,13 +79,14 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
             },
         ),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
+        ("Attempts", {"fields": ("timeline",)}),
         ("Errors", {"fields": ("errors_pretty",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
         "id", "kind", "queue", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
         "attempted_at", "attempted_by", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
-        "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
+        "progress_pretty", "result_pretty", "timeline", "errors_pretty", "unique_key", "unique_states", "run_lease",
     )  # fmt: skip
 
     class Media:
@@ -141,6 +143,10 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
     @admin.display(description="result")
     def result_pretty(self, obj: Job) -> SafeString:
         return pretty_json(obj.result)
+
+    @admin.display(description="attempts")
+    def timeline(self, obj: Job) -> SafeString:
+        return attempt_timeline(obj)
 
     @admin.display(description="error history")
     def errors_pretty(self, obj: Job) -> SafeString:
@@ -229,8 +235,10 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
         return super().change_view(request, object_id, form_url, extra)
 
     @staticmethod
-    def _act(action: str, job_id: int) -> int:
-        return {"retry": retry_jobs, "cancel": cancel_jobs}[action]([job_id])
+    def _act(action: str, job_id: int, reason: str = "") -> int:
+        if action == "cancel":
+            return cancel_jobs([job_id], reason=reason)
+        return retry_jobs([job_id])
 
     def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         return require_POST(self._act_view)(request, object_id, action)
@@ -242,7 +250,10 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
         if not self.has_change_permission(request):
             raise PermissionDenied
         job = get_object_or_404(Job.objects.only("pk"), pk=job_id)
-        done = self._act(action, job.pk)
+        reason = request.POST.get("reason", "").replace("\x00", "").strip()
+        if action == "cancel":  # who cancelled is always part of the reason
+            reason = f"by {request.user.get_username()}" + (f": {reason}" if reason else "")
+        done = self._act(action, job.pk, reason)
         if done:
             self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
         else:

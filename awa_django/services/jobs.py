@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest, Least
+from django.db.models import F, Func, JSONField, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Greatest, JSONObject, Least, Now
 from django.utils import timezone
 
 from awa_django.defaults import MAX_ATTEMPTS_MAX
@@ -25,6 +26,7 @@ from awa_django.models import Job, JobState
 from awa_django.services.db import database_alias, notify
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
+REASON_MAX_LENGTH = 500
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
 CANCELLABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
 
@@ -94,8 +96,11 @@ def _make_available(ids: list[int]) -> int:
     )
 
 
-def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
+def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False, reason: str = "") -> int:
     """Jobs not yet finished become cancelled; return how many did.
+
+    ``reason`` (who cancelled and why, say) is recorded as an entry of each job's error history,
+    ``cancelled: <reason>``, so the job's page says why it stopped.
 
     For a running job the worker holding it is told through ``pgnotify('awa_cancel', id)``
     (delivered at commit) and sets its handler's ``context.cancelled``; whatever the handler
@@ -111,12 +116,24 @@ def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
         changed = (
             Job.objects.using(database_alias())
             .filter(pk__in=[r[0] for r in rows])
-            .update(state=JobState.CANCELLED, finalized_at=timezone.now(), heartbeat_at=None, deadline_at=None)
+            .update(
+                state=JobState.CANCELLED,
+                finalized_at=timezone.now(),
+                heartbeat_at=None,
+                deadline_at=None,
+                errors=_with_reason(reason) if reason else F("errors"),
+            )
         )
         running = [r[0] for r in rows if r[2] == JobState.RUNNING]
         if running:
             notify(statements["notify_cancelled_jobs"], {"channel": CANCEL_CHANNEL, "ids": running})
     return changed
+
+
+def _with_reason(reason: str) -> CombinedExpression:
+    """The row's errors with one more entry saying it was cancelled and why (the attempt it was at)."""
+    entry = JSONObject(error=Value(f"cancelled: {reason[:REASON_MAX_LENGTH]}"), attempt=F("attempt"), at=Now())
+    return CombinedExpression(F("errors"), "||", Func(entry, function="jsonb_build_array"), output_field=JSONField())
 
 
 def discard_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
