@@ -79,8 +79,8 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
             },
         ),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
-        ("Attempts", {"fields": ("timeline",)}),
         ("Errors", {"fields": ("errors_pretty",)}),
+        ("Attempts", {"fields": ("timeline",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
