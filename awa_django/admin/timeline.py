@@ -54,7 +54,7 @@ def attempts_of(job: Job) -> list[Attempt]:
     attempts = []
     for entry in entries:
         error = str(entry.get("error", ""))
-        outcome = "cancelled" if error.startswith("cancelled:") else "error"
+        outcome = JobState.CANCELLED.value if error.startswith(f"{JobState.CANCELLED.value}:") else "error"
         attempts.append(
             Attempt(
                 entry.get("attempt", "?"),
@@ -90,7 +90,7 @@ def attempt_timeline(job: Job) -> SafeString:
                 a.number,
                 a.number,
                 _shown(a.started),
-                _shown(a.ended) if a.ended or a.outcome != JobState.RUNNING else "running",
+                _shown(a.ended) if a.ended or a.outcome != JobState.RUNNING else JobState.RUNNING.value,
                 format_age(a.duration if a.ended else (now - a.started if a.started else None)),
                 a.worker or "—",
                 a.outcome,

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit
@@ -263,9 +264,9 @@ class Completer:
     async def _refusal_reasons(self, refused: list[_Finished]) -> dict[int, str]:
         """{job id: why the guard refused its write}, from the rows as they are now."""
         try:
-            async with self.pool.connection() as conn:
-                cursor = await conn.execute(statements["read_refused_jobs"], {"ids": [e.job.id for e in refused]})
-                rows = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
+            async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["read_refused_jobs"], {"ids": [e.job.id for e in refused]})
+                rows = {row["id"]: (row["state"], row["run_lease"]) for row in await cursor.fetchall()}
         except WRITE_ERRORS as exc:
             logger.warning("could not read back %d refused row(s) error=%r; counting them lost", len(refused), exc)
             return {}
