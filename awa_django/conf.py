@@ -416,7 +416,13 @@ class AwaSettings:
     METRICS_TOKEN: str | None = setting(
         None,
         _text(optional=True),
-        "when set, the depth view answers only requests with `Authorization: Bearer <METRICS_TOKEN>`",
+        "when set, the depth view also answers requests with `Authorization: Bearer <METRICS_TOKEN>`",
+    )
+    METRICS_OPEN: bool = setting(
+        False,
+        _flag,
+        "`True`: the depth view answers anyone; by default it answers only active staff users and "
+        "`METRICS_TOKEN` bearers",
     )
     FAIR_KEYS_TOP: int = setting(
         defaults.FAIR_KEYS_TOP_DEFAULT,

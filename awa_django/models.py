@@ -65,6 +65,10 @@ class Job(models.Model):
     max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)
     run_at = models.DateTimeField(default=timezone.now)
     attempted_at = models.DateTimeField(null=True, blank=True)
+    # NULL: never claimed by a worker (or run in-process). No default: claims set it, inserts need not.
+    attempted_by = models.CharField(  # noqa: DJ001
+        max_length=255, null=True, blank=True, help_text="the worker (host:pid) that ran the latest attempt"
+    )
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)

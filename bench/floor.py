@@ -124,15 +124,18 @@ def floor_once(n: int, connections: int, batch: int) -> float:
 
     def params() -> dict[str, Any]:
         with lock:
-            return {"queue": QUEUE, "limit": batch, "deadline": None, **lanes.params()}
+            return {"queue": QUEUE, "limit": batch, "deadline": None, "worker": "floor:0", **lanes.params()}
 
     def advance(rows: list[ClaimedJob], sent: dict[str, Any]) -> None:
         with lock:
             lanes.advance(rows, sent)
 
     def drain() -> None:
+        from psycopg.rows import namedtuple_row
+
         try:
             with connect() as conn:
+                conn.row_factory = namedtuple_row  # the lane cursors read rows by column name
                 sent = params()
                 # Rows decoded as the worker decodes them (the lane cursors read them by name).
                 rows = conn.cursor(row_factory=claimed_job_row).execute(claim, sent, prepare=True).fetchall()

@@ -22,7 +22,15 @@ from django.utils import timezone
 from awa_django.admin.charts import Chart, build_chart
 from awa_django.conf import awa_settings
 from awa_django.models import Job, JobState, Queue, WorkerInstance
-from awa_django.services.cluster import capacities_by_queue, default_stale_after, live_workers, worker_healthy
+from awa_django.services.cluster import (
+    QueueCapacity,
+    default_stale_after,
+    global_maximum,
+    live_workers,
+    mode_label,
+    worker_healthy,
+    worker_scope,
+)
 from awa_django.services.stats import format_age, queue_stats, throughput
 
 if TYPE_CHECKING:
@@ -96,29 +104,36 @@ def dashboard_context() -> dict[str, Any]:
                 JobState.FAILED: sum(failed),
             }
         )
-    configured = awa_settings().GLOBAL_MAX_WORKERS
+    by_worker: dict[str, list[tuple[str, QueueCapacity]]] = {}
+    for name, entry in sorted(stats.items()):
+        for capacity in entry.capacities:
+            by_worker.setdefault(capacity.worker, []).append((name, capacity))
+    current = awa_settings()
+    configured = current.GLOBAL_MAX_WORKERS
     return {
         "awa_now": now,
         "awa_queues": queues,
-        "awa_workers": [_worker_row(w, now) for w in workers],
+        "awa_workers": [_worker_row(w, now, by_worker.get(str(w), [])) for w in workers],
         "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
-        "awa_configured_mode": "weighted" if configured else "hard-reserved",
+        "awa_configured_mode": mode_label(
+            "hard_reserved" if configured is None else "weighted", current.CAPACITY_SCOPE
+        ),
         "awa_configured_global_max": configured,
+        "awa_global_max": global_maximum(workers),
         "awa_stale_after": default_stale_after(),
     }
 
 
-def _worker_row(worker: WorkerInstance, now: datetime) -> dict[str, Any]:
+def _worker_row(worker: WorkerInstance, now: datetime, queues: list[tuple[str, QueueCapacity]]) -> dict[str, Any]:
     flags = worker.flags if isinstance(worker.flags, dict) else {}
-    capacities = capacities_by_queue([worker])
     return {
         "worker": worker,
-        "mode": worker.mode.replace("_", "-"),
+        "mode": mode_label(worker.mode, worker_scope(worker)),
         "healthy": worker_healthy(worker),
         "seen_ago": format_age(now - worker.last_seen_at),
         "up_for": format_age(now - worker.started_at),
         "flags": flags,
-        "queues": [(name, caps[0]) for name, caps in sorted(capacities.items())],
+        "queues": queues,
     }
 
 
@@ -137,13 +152,20 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
                 "worker": str(w["worker"]),
                 "instance_id": str(w["worker"].instance_id),
                 "mode": w["worker"].mode,
+                "capacity_scope": worker_scope(w["worker"]),
+                "mode_label": w["mode"],
                 "global_max_workers": w["worker"].global_max_workers,
                 "last_seen_at": w["worker"].last_seen_at.isoformat(),
                 "healthy": w["healthy"],
                 "flags": w["flags"],
-                "queues": {name: cap.__dict__ | {"describe": cap.describe()} for name, cap in w["queues"]},
+                "queues": {name: cap.as_dict() for name, cap in w["queues"]},
             }
             for w in context["awa_workers"]
         ],
         "last_hour": {JobState.COMPLETED: chart.completed, JobState.FAILED: chart.failed},
+        "global_max_workers": {
+            "configured": context["awa_global_max"].configured,
+            "in_force": context["awa_global_max"].in_force,
+            "reason": context["awa_global_max"].reason,
+        },
     }  # fmt: skip

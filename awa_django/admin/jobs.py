@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -17,9 +17,16 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from awa_django.admin.bulk import BulkMixin
+from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
+from awa_django.admin.running import RunningNowMixin
+from awa_django.admin.search import HELP as SEARCH_HELP
+from awa_django.admin.search import search_jobs
+from awa_django.admin.timeline import attempt_timeline
+from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -37,15 +44,18 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, _JobAdminBase):
+class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
     list_columns = (
         "id", "kind", "queue", "fair_key", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at",
     )  # fmt: skip
     list_display = ("id", "kind", "queue", "key_shown", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
-    list_filter = (("state", StateFilter), QueueNameFilter, KindFilter, FairKeyFilter)
+    list_filter = (
+        ("state", StateFilter), QueueNameFilter, KindFilter, FairKeyFilter,
+        ("created_at", admin.DateFieldListFilter), ("finalized_at", admin.DateFieldListFilter),
+    )  # fmt: skip
     search_fields = ("kind",)
-    search_help_text = "A job id, or a kind or fairness key (exact)."
+    search_help_text = SEARCH_HELP
     ordering = ("-id",)
     sortable_by = ("id",)
     show_full_result_count = False
@@ -57,16 +67,30 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags")}),
-        ("Timing", {"fields": ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at",
+                    "run_at",
+                    "attempted_at",
+                    "attempted_by",
+                    "heartbeat_at",
+                    "deadline_at",
+                    "finalized_at",
+                )
+            },
+        ),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
         ("Errors", {"fields": ("errors_pretty",)}),
+        ("Attempts", {"fields": ("timeline",)}),
         ("Workflow", {"fields": ("workflow_links",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
         "id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
-        "attempted_at", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
-        "progress_pretty", "result_pretty", "errors_pretty", "unique_key", "unique_states", "run_lease",
+        "attempted_at", "attempted_by", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
+        "progress_pretty", "result_pretty", "timeline", "errors_pretty", "unique_key", "unique_states", "run_lease",
         "workflow_links",
     )  # fmt: skip
 
@@ -97,17 +121,7 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        term = search_term.strip().lstrip("#")
-        if not term:
-            return queryset, False
-        if "\x00" in term:
-            return queryset.none(), False  # no kind holds a NUL
-        job_id = parse_id(term)
-        if job_id is not None:
-            return queryset.filter(pk=job_id), False
-        if term.isascii() and term.isdigit():
-            return queryset.none(), False  # an id beyond bigint
-        return queryset.filter(Q(kind=term) | Q(fair_key=term)), False
+        return search_jobs(queryset, search_term), False
 
     # --- columns and detail fields ---
 
@@ -145,6 +159,10 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
     def result_pretty(self, obj: Job) -> SafeString:
         return pretty_json(obj.result)
 
+    @admin.display(description="attempts")
+    def timeline(self, obj: Job) -> SafeString:
+        return attempt_timeline(obj)
+
     @admin.display(description="error history")
     def errors_pretty(self, obj: Job) -> SafeString:
         errors = obj.errors if isinstance(obj.errors, list) else []
@@ -161,7 +179,7 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
                     entry.get("at", ""),
                     entry.get("error", ""),
                     format_html('<div class="awa-muted awa-error-rule">rule: {}</div>', rule) if rule else "",
-                    format_html('<pre class="awa-pre awa-traceback">{}</pre>', traceback) if traceback else "",
+                    fold_traceback(str(traceback)) if traceback else "",
                 )
             )
         rows = format_html_join(
@@ -232,8 +250,10 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         return super().change_view(request, object_id, form_url, extra)
 
     @staticmethod
-    def _act(action: str, job_id: int) -> int:
-        return {"retry": retry_jobs, "cancel": cancel_jobs}[action]([job_id])
+    def _act(action: str, job_id: int, reason: str = "") -> int:
+        if action == "cancel":
+            return cancel_jobs([job_id], reason=reason)
+        return retry_jobs([job_id])
 
     def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         return require_POST(self._act_view)(request, object_id, action)
@@ -245,7 +265,10 @@ class JobAdmin(SafeSelectionMixin, _JobAdminBase):
         if not self.has_change_permission(request):
             raise PermissionDenied
         job = get_object_or_404(Job.objects.only("pk"), pk=job_id)
-        done = self._act(action, job.pk)
+        reason = request.POST.get("reason", "").replace("\x00", "").strip()
+        if action == "cancel":  # who cancelled is always part of the reason
+            reason = f"by {request.user.get_username()}" + (f": {reason}" if reason else "")
+        done = self._act(action, job.pk, reason)
         if done:
             self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
         else:

@@ -168,7 +168,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     def mode(self, obj: Queue) -> str:
         stats = _stats(obj)
         if stats.modes:
-            return ", ".join(m.replace("_", "-") for m in stats.modes)
+            return "; ".join(stats.mode_labels)
         if stats.waiting_without_worker:  # jobs wait that nobody will run: flag it
             return format_html('<span class="awa-bad">no live worker, {} waiting</span>', stats.available)
         return "no live worker"
@@ -180,7 +180,8 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     @admin.display(description="overflow held")
     def overflow_held(self, obj: Queue) -> int | str:
         stats = _stats(obj)
-        return stats.overflow_held if "weighted" in stats.modes else "—"
+        weighted = any(c.type == "Weighted" for c in stats.capacities)  # cluster scope holds caps, not overflow
+        return stats.overflow_held if weighted else "—"
 
     @admin.display(description="keys in use")
     def keys_link(self, obj: Queue | None) -> SafeString:

@@ -1,7 +1,8 @@
 """One log line per attempt outcome, on the ``awa_django.jobs`` logger.
 
-Levels: completed at DEBUG (with its duration); retried and snoozed at INFO; failed, cancelled,
-lost and rescued at WARNING, with the error (a job failed for a kind with no handler says so).
+Levels: completed at DEBUG (with its duration); retried, snoozed, discarded (cancelled while
+running) and handed_back (at shutdown) at INFO; failed, cancelled, lost and rescued at WARNING,
+with the error (a job failed for a kind with no handler says so).
 Every line carries structured ``extra`` fields, so a JSON formatter or structlog gets them as
 keys: ``job_id``, ``kind``, ``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
 ``sink.OUTCOMES``), and where they apply ``error`` and ``delay_s``. The message repeats them as
@@ -31,6 +32,8 @@ LEVELS = {
     "snoozed": logging.INFO,
     STATE_OUTCOMES[JobState.FAILED]: logging.WARNING,
     STATE_OUTCOMES[JobState.CANCELLED]: logging.WARNING,
+    "discarded": logging.INFO,
+    "handed_back": logging.INFO,
     "lost": logging.WARNING,
     "rescued": logging.WARNING,
 }
@@ -86,14 +89,21 @@ def log_job(
 
 
 def report_outcome(
-    sink: MetricsSink, registry: Registry, job: ClaimedJob, outcome: Outcome, seconds: float, written: bool
+    sink: MetricsSink,
+    registry: Registry,
+    job: ClaimedJob,
+    outcome: Outcome,
+    seconds: float,
+    written: bool,
+    refusal: str = "lost",
 ) -> None:
     """What the worker knows once an attempt's row is written (or found taken): count it, log it.
 
-    A write refused by the (id, running, run_lease) guard is ``lost`` (the completer logs that
-    line, it knows why); otherwise the outcome is the state written.
+    A write refused by the (id, running, run_lease) guard counts as ``refusal`` (one of
+    ``sink.REFUSALS``; the completer logs that line, it knows why); otherwise the outcome is the
+    state written.
     """
-    name = STATE_OUTCOMES.get(outcome.state, outcome.state) if written else "lost"
+    name = STATE_OUTCOMES.get(outcome.state, outcome.state) if written else refusal
     kind = job.kind
     note = ""
     if name == STATE_OUTCOMES[JobState.FAILED] and registry.get(kind) is None:

@@ -38,8 +38,17 @@ STATE_OUTCOMES: dict[str, str] = {
     JobState.FAILED: JobState.FAILED.value,
     JobState.CANCELLED: JobState.CANCELLED.value,
 }
+# Why an attempt's outcome was not written (the (id, running, run_lease) guard refused it), as the
+# outcome label names it: an operator cancelled or deleted the running job, so the outcome is
+# discarded; this worker handed the job back at shutdown; or, and only then is anything lost, the
+# row was rescued under a newer lease while the attempt still ran.
+REFUSALS: dict[str, str] = {
+    "discarded": "cancelled (or deleted) while running; outcome discarded",
+    "handed_back": "handed back at shutdown; it runs again",
+    "lost": "lost: the attempt was rescued meanwhile, and the newer state stands",
+}
 # The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
-OUTCOMES = (*STATE_OUTCOMES.values(), "lost", "rescued")
+OUTCOMES = (*STATE_OUTCOMES.values(), *REFUSALS, "rescued")
 # The kind label of a job whose kind has no registered handler (mistyped kinds stay one series).
 UNREGISTERED_KIND = "<unregistered>"
 

@@ -2,7 +2,10 @@
 
 Wire it into your URLs (``path("awa/", include("awa_django.urls"))`` serves it at
 ``/awa/metrics``) and scrape it from one place: every worker sees the same rows, so these gauges
-belong to no worker. Set ``AWA['METRICS_TOKEN']`` to require ``Authorization: Bearer <token>``.
+belong to no worker. It answers active staff users (the admin's login) and, when
+``AWA['METRICS_TOKEN']`` is set, requests with ``Authorization: Bearer <token>``; anyone else gets
+401 (token set) or 403, unless ``AWA['METRICS_OPEN']`` opens it on purpose: queue names and depths
+are the project's business, so closed is the default.
 
 Gauges:
 
@@ -121,17 +124,36 @@ def exposition() -> bytes:
     return generate_latest(registry)
 
 
-@require_GET
-def metrics(request: HttpRequest) -> HttpResponse:
-    token = awa_settings().METRICS_TOKEN
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may read the metrics, else the response saying what it lacks."""
+    current = awa_settings()
+    token = current.METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            return HttpResponse(
-                "awa metrics: send 'Authorization: Bearer <AWA['METRICS_TOKEN']>'\n",
-                status=401,
-                content_type="text/plain",
-            )
+        if hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return None
+    user = getattr(request, "user", None)
+    if current.METRICS_OPEN or (user is not None and user.is_active and user.is_staff):
+        return None
+    if token:
+        return HttpResponse(
+            "awa metrics: send 'Authorization: Bearer <AWA['METRICS_TOKEN']>', or log in as staff\n",
+            status=401,
+            content_type="text/plain",
+        )
+    return HttpResponse(
+        "awa metrics: log in as a staff user, set AWA['METRICS_TOKEN'] and send it as "
+        "'Authorization: Bearer <token>', or set AWA['METRICS_OPEN'] = True to open this view to anyone\n",
+        status=403,
+        content_type="text/plain",
+    )
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    refused = refusal(request)
+    if refused is not None:
+        return refused
     try:
         body = exposition()
     except ImportError as exc:

@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from awa_django.concurrency import Weighted
 from awa_django.conf import awa_settings
-from awa_django.models import ClusterSettings, WorkerCapacity, WorkerInstance
+from awa_django.defaults import MAX_WORKERS_DEFAULT
+from awa_django.models import ClusterSettings, Queue, WorkerCapacity, WorkerInstance
 from awa_django.services.db import database_alias
-from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError
+from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,25 @@ def live_workers(stale_after: float | None = None, now: datetime | None = None) 
     )
 
 
+MODE_WORDS = {"hard_reserved": "hard-reserved", "weighted": "weighted"}
+
+
+def mode_label(mode: str, scope: str) -> str:
+    """A capacity mode as the pages say it, for all four pairs of mode and scope: the mode as configured
+    (weighted when a global maximum is set; the snapshot's ``mode`` and the log's ``mode=``), with
+    cluster scope said after it (``capacity_scope=cluster`` in the log and the snapshot's flags)."""
+    word = MODE_WORDS.get(mode, mode)
+    return f"{word}, cluster scope" if scope == "cluster" else word
+
+
+def worker_scope(worker: WorkerInstance) -> str:
+    """The worker's capacity scope from its snapshot flags ("process" when they cannot be read)."""
+    try:
+        return WorkerFlags.from_json(worker.flags).capacity_scope
+    except SnapshotFormatError:
+        return "process"
+
+
 def worker_healthy(worker: WorkerInstance) -> bool:
     """Live (the caller filtered on last_seen_at) and not shutting down."""
     flags = worker.flags if isinstance(worker.flags, dict) else {}
@@ -49,16 +69,22 @@ class QueueCapacity:
     worker: str
     mode: str
     type: str  # HardReserved | Weighted
-    max_workers: int | None = None
+    max_workers: int | None = None  # in cluster scope: the cap the leader gave this worker
     min_workers: int | None = None
     weight: int | None = None
     overflow_held: int = 0
     in_flight: int = 0
     available: int = 0
     paused: bool = False
+    scope: str = "process"
+    # Cluster scope: what the caps of every worker add up to at most (the global maximum in force,
+    # weighted; the queue's max_workers, hard-reserved). None: not known.
+    cluster_limit: int | None = None
 
     @classmethod
-    def from_snapshot(cls, worker: str, snapshot: QueueSnapshot) -> QueueCapacity:
+    def from_snapshot(
+        cls, worker: str, snapshot: QueueSnapshot, scope: str = "process", cluster_limit: int | None = None
+    ) -> QueueCapacity:
         capacity = snapshot.capacity
         common: dict[str, Any] = {
             "worker": worker,
@@ -67,6 +93,8 @@ class QueueCapacity:
             "in_flight": snapshot.in_flight,
             "available": snapshot.available,
             "paused": snapshot.paused,
+            "scope": scope,
+            "cluster_limit": cluster_limit,
         }
         if isinstance(capacity, Weighted):
             return cls(
@@ -78,9 +106,17 @@ class QueueCapacity:
         return cls(**common, max_workers=capacity.max_workers)
 
     def describe(self) -> str:
+        """The capacity as people read it: "weighted: min 0, weight 1, overflow held 0",
+        "hard-reserved: max 50", or in cluster scope "cluster: cap 2 of 6"."""
+        if self.scope == "cluster":
+            of = f" of {self.cluster_limit}" if self.cluster_limit is not None else ""
+            return f"cluster: cap {self.max_workers}{of}"
         if self.type == "Weighted":
-            return f"Weighted(min {self.min_workers}, weight {self.weight}, overflow held {self.overflow_held})"
-        return f"HardReserved(max {self.max_workers})"
+            return f"weighted: min {self.min_workers}, weight {self.weight}, overflow held {self.overflow_held}"
+        return f"hard-reserved: max {self.max_workers}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__ | {"describe": self.describe()}
 
 
 def capacities_by_queue(workers: Sequence[WorkerInstance]) -> dict[str, list[QueueCapacity]]:
@@ -88,8 +124,11 @@ def capacities_by_queue(workers: Sequence[WorkerInstance]) -> dict[str, list[Que
     the worker writes them in (``awa_django.worker.snapshot``). An entry that does not follow it
     is left out and logged, naming the worker, the queue and what is wrong."""
     by_queue: dict[str, list[QueueCapacity]] = {}
+    scopes = {worker.pk: worker_scope(worker) for worker in workers}
+    limits = _ClusterLimits() if "cluster" in scopes.values() else None
     for worker in workers:
         entries = worker.queues if isinstance(worker.queues, dict) else {}
+        scope = scopes[worker.pk]
         for queue, entry in entries.items():
             try:
                 snapshot = QueueSnapshot.from_json(entry, f"worker {worker} queue {queue!r}")
@@ -98,8 +137,25 @@ def capacities_by_queue(workers: Sequence[WorkerInstance]) -> dict[str, list[Que
                     "unreadable worker snapshot entry left out worker=%s queue=%s error=%s", worker, queue, exc
                 )
                 continue
-            by_queue.setdefault(queue, []).append(QueueCapacity.from_snapshot(str(worker), snapshot))
+            limit = limits.of(snapshot.mode, queue) if limits is not None and scope == "cluster" else None
+            by_queue.setdefault(queue, []).append(QueueCapacity.from_snapshot(str(worker), snapshot, scope, limit))
     return by_queue
+
+
+class _ClusterLimits:
+    """What cluster-scope caps add up to at most, read once (two queries) when first asked."""
+
+    def __init__(self) -> None:
+        self._global: int | None = None
+        self._queues: dict[str, int] | None = None
+
+    def of(self, mode: str, queue: str) -> int | None:
+        if self._queues is None:
+            self._global = cluster_capacity()["in_force"]
+            self._queues = dict(Queue.objects.using(database_alias()).values_list("name", "max_workers"))
+        if mode == "weighted":
+            return self._global
+        return self._queues.get(queue, MAX_WORKERS_DEFAULT)
 
 
 def global_maximums(workers: Sequence[WorkerInstance]) -> list[tuple[int, str]]:
@@ -113,6 +169,49 @@ def global_maximums(workers: Sequence[WorkerInstance]) -> list[tuple[int, str]]:
         if value is not None and all(value != v for v, _ in found):
             found.append((int(value), f"live worker {worker}"))
     return found
+
+
+@dataclass(frozen=True)
+class GlobalMaximum:
+    """The global maximum as configured and as in force, and why they differ."""
+
+    configured: int | None  # AWA['GLOBAL_MAX_WORKERS']
+    in_force: list[int]  # what the live workers apply (several when they disagree); [] none known
+    reason: str  # empty when in force is what is configured
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.reason)
+
+
+def global_maximum(workers: Sequence[WorkerInstance]) -> GlobalMaximum:
+    """The value in force beside the configured one, with the reason: in cluster scope the leader
+    applies the smallest of the Cluster settings row and the workers' own settings; in process scope
+    each worker applies its own (``--global-max-workers`` overrides the setting)."""
+    configured = awa_settings().GLOBAL_MAX_WORKERS
+    if any(worker_scope(w) == "cluster" for w in workers):
+        cluster = cluster_capacity()
+        in_force = cluster["in_force"]
+        if in_force == configured:
+            return GlobalMaximum(configured, [in_force], "")
+        if cluster["disagree"]:
+            reason = (
+                f"the smallest of the Cluster settings row ({cluster['setting']}) and the cluster workers' own "
+                f"settings ({', '.join(map(str, cluster['worker_settings']))})"
+            )
+        elif cluster["setting"] is not None:
+            reason = f"the Cluster settings row sets {cluster['setting']}"
+        else:
+            reason = f"the cluster workers were started with {in_force}"
+        if configured is None and in_force is not None:
+            reason += ", so the cluster runs in weighted mode"
+        return GlobalMaximum(configured, [] if in_force is None else [in_force], reason)
+    values = sorted({w.global_max_workers for w in workers}, key=lambda v: -1 if v is None else v)
+    applied = [int(v) for v in values if v is not None]
+    if not workers or values == [configured]:
+        return GlobalMaximum(configured, applied, "")
+    shown = ", ".join("none (hard-reserved)" if v is None else str(v) for v in values)
+    return GlobalMaximum(configured, applied, f"the live workers were started with {shown} (--global-max-workers)")
 
 
 def cluster_capacity() -> dict[str, Any]:

@@ -4,7 +4,9 @@ Each takes ids, changes only the rows in a state the action applies to, and retu
 rows it changed.
 
 Locking contract: the affected rows are locked with ``SELECT … FOR UPDATE`` (in id order) and
-re-checked against their state before they are changed, in one transaction. A worker's
+re-checked against their state before they are changed, in one transaction; with
+``skip_locked=True`` (the admin's bulk actions) a row another transaction holds is skipped, so a
+chunk never waits behind a worker's claim or finalising write. A worker's
 finalising write is guarded by ``(id, state = 'running', run_lease)``, so once a running job is
 cancelled or discarded here, the worker's late write matches nothing. A job that ends here
 (cancelled, or discarded before it ended) releases its workflow dependents in the same
@@ -16,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest, Least
+from django.db.models import F, Func, JSONField, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Greatest, JSONObject, Least, Now
 from django.utils import timezone
 
 from awa_django.defaults import MAX_ATTEMPTS_MAX
@@ -25,6 +28,7 @@ from awa_django.models import Job, JobState
 from awa_django.services.db import database_alias, notify
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 
+REASON_MAX_LENGTH = 500
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
 CANCELLABLE_FROM = (JobState.WAITING, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
 
@@ -33,18 +37,19 @@ def _ids(ids: Iterable[int | str]) -> list[int]:
     return sorted({int(i) for i in ids})
 
 
-def _locked(ids: list[int], states: Sequence[str]) -> list[tuple[int, str, str]]:
-    """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state)."""
+def _locked(ids: list[int], states: Sequence[str], skip_locked: bool = False) -> list[tuple[int, str, str]]:
+    """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state).
+    With ``skip_locked`` a row locked elsewhere (a worker finalising it) is left out, not waited for."""
     return list(
         Job.objects.using(database_alias())
-        .select_for_update()
+        .select_for_update(skip_locked=skip_locked)
         .filter(pk__in=ids, state__in=list(states))
         .order_by("pk")
         .values_list("pk", "queue", "state")
     )
 
 
-def retry_jobs(ids: Iterable[int | str]) -> int:
+def retry_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     """Failed or cancelled jobs become available now; return how many did.
 
     The attempt count is kept; ``max_attempts`` is raised to ``attempt + 1`` where the job had
@@ -56,7 +61,7 @@ def retry_jobs(ids: Iterable[int | str]) -> int:
         return 0
     alias = database_alias()
     with transaction.atomic(using=alias):
-        rows = _locked(wanted, RETRYABLE_FROM)
+        rows = _locked(wanted, RETRYABLE_FROM, skip_locked)
         changed: list[tuple[int, str]] = []
         for start in range(0, len(rows), 1000):
             batch = rows[start : start + 1000]
@@ -93,8 +98,11 @@ def _make_available(ids: list[int]) -> int:
     )
 
 
-def cancel_jobs(ids: Iterable[int | str]) -> int:
+def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False, reason: str = "") -> int:
     """Jobs not yet finished become cancelled; return how many did.
+
+    ``reason`` (who cancelled and why, say) is recorded as an entry of each job's error history,
+    ``cancelled: <reason>``, so the job's page says why it stopped.
 
     For a running job the worker holding it is told through ``pgnotify('awa_cancel', id)``
     (delivered at commit) and sets its handler's ``context.cancelled``; whatever the handler
@@ -104,13 +112,19 @@ def cancel_jobs(ids: Iterable[int | str]) -> int:
     if not wanted:
         return 0
     with transaction.atomic(using=database_alias()):
-        rows = _locked(wanted, CANCELLABLE_FROM)
+        rows = _locked(wanted, CANCELLABLE_FROM, skip_locked)
         if not rows:
             return 0
         changed = (
             Job.objects.using(database_alias())
             .filter(pk__in=[r[0] for r in rows])
-            .update(state=JobState.CANCELLED, finalized_at=timezone.now(), heartbeat_at=None, deadline_at=None)
+            .update(
+                state=JobState.CANCELLED,
+                finalized_at=timezone.now(),
+                heartbeat_at=None,
+                deadline_at=None,
+                errors=_with_reason(reason) if reason else F("errors"),
+            )
         )
         release_ended([r[0] for r in rows], JobState.CANCELLED)
         running = [r[0] for r in rows if r[2] == JobState.RUNNING]
@@ -126,7 +140,13 @@ def release_ended(ids: Sequence[int], state: JobState) -> None:
             cursor.execute(statements["release_ended_jobs"], {"ids": list(ids), "states": [state.value] * len(ids)})
 
 
-def discard_jobs(ids: Iterable[int | str]) -> int:
+def _with_reason(reason: str) -> CombinedExpression:
+    """The row's errors with one more entry saying it was cancelled and why (the attempt it was at)."""
+    entry = JSONObject(error=Value(f"cancelled: {reason[:REASON_MAX_LENGTH]}"), attempt=F("attempt"), at=Now())
+    return CombinedExpression(F("errors"), "||", Func(entry, function="jsonb_build_array"), output_field=JSONField())
+
+
+def discard_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     """Delete jobs, whatever their state; return how many were deleted.
 
     A running job's worker is told as for a cancel, so its handler stops early.
@@ -135,7 +155,7 @@ def discard_jobs(ids: Iterable[int | str]) -> int:
     if not wanted:
         return 0
     with transaction.atomic(using=database_alias()):
-        rows = _locked(wanted, [s.value for s in JobState])
+        rows = _locked(wanted, [s.value for s in JobState], skip_locked)
         if not rows:
             return 0
         release_ended([r[0] for r in rows if not JobState(r[2]).is_terminal], JobState.CANCELLED)

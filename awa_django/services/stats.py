@@ -20,7 +20,7 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from awa_django.models import Job, JobState, Queue, WorkerInstance
-from awa_django.services.cluster import QueueCapacity, capacities_by_queue, live_workers
+from awa_django.services.cluster import QueueCapacity, capacities_by_queue, live_workers, mode_label
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
 
@@ -90,6 +90,11 @@ class QueueStats:
     def modes(self) -> list[str]:
         return sorted({c.mode for c in self.capacities})
 
+    @property
+    def mode_labels(self) -> list[str]:
+        """The live workers' modes as the pages say them (``mode_label``: scope included)."""
+        return sorted({mode_label(c.mode, c.scope) for c in self.capacities})
+
     def oldest_available_age(self, now: datetime | None = None) -> timedelta | None:
         if self.oldest_available_at is None:
             return None
@@ -107,7 +112,7 @@ class QueueStats:
             "overflow_held": self.overflow_held,
             "modes": self.modes,
             "workers": self.workers,
-            "capacity": [c.__dict__ | {"describe": c.describe()} for c in self.capacities],
+            "capacity": [c.as_dict() for c in self.capacities],
         }
 
 

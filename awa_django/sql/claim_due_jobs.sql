@@ -31,6 +31,7 @@ SET state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
+    attempted_by = NULL,
     heartbeat_at = now(),
     deadline_at = NULL
 FROM picked

@@ -5,6 +5,8 @@
 --   (timestamptz) and after_id_1..4 (bigint): per priority lane 1..4, the (run_at, id) the lane's
 --   scan starts after; NULL starts the lane at its front (worker/lanes.py keeps them). Scalars, not
 --   two arrays: binding and subscripting arrays cost a claim about a tenth of its time.
+--   worker (text): the claiming worker's host:pid, stored as attempted_by (one more constant
+--   column in the row the UPDATE writes anyway: "Running now" and the attempt history read it).
 -- Order: priority, then run_at, then id. The lanes are the branches of one UNION ALL under one
 --   LIMIT: the Append runs them in order and the LIMIT stops pulling rows once it has `limit`, so
 --   lane 2 is scanned (and its rows locked) only for what lane 1 left unfilled, and so on; the rows
@@ -102,6 +104,7 @@ SET state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
+    attempted_by = %(worker)s::varchar,
     heartbeat_at = now(),
     deadline_at = now() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))

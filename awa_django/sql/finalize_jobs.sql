@@ -4,6 +4,8 @@
 --   entry), refunds (int[]: 1 gives the attempt back, as a snooze does), progress (jsonb[], NULL
 --   keeps the stored value), results (jsonb[]: the handler's return value, NULL for none).
 -- Guard: (id, state = 'running', run_lease) as in complete_jobs. Terminal states set finalized_at.
+-- An error entry gets the attempt's start and worker from the row (attempted_at, attempted_by) when
+--   a worker claimed it (an in-process attempt has no worker): the attempt history's timeline.
 -- Index: the primary key, one probe per id. The state guard is written `(j.state = 'running') IS TRUE`
 --   so the planner cannot prove the running-only partial indexes apply: their estimates count live
 --   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
@@ -16,7 +18,10 @@ WITH done AS (
 UPDATE awa_job AS j
 SET state = d.state,
     run_at = CASE WHEN d.delay IS NULL THEN j.run_at ELSE now() + d.delay * interval '1 second' END,
-    errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
+    errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
+        d.error || CASE WHEN j.attempted_by IS NULL THEN '{}'::jsonb
+                        ELSE jsonb_build_object('started_at', j.attempted_at, 'worker', j.attempted_by) END
+    ) END,
     attempt = j.attempt - d.refund,
     progress = COALESCE(d.progress, j.progress),
     result = d.result,

@@ -17,7 +17,8 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'error', %(reason)s::text, 'attempt', j.attempt, 'at', now()
-    )),
+    ) || CASE WHEN j.attempted_by IS NULL THEN '{}'::jsonb
+              ELSE jsonb_build_object('started_at', j.attempted_at, 'worker', j.attempted_by) END),
     heartbeat_at = NULL,
     deadline_at = NULL
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)

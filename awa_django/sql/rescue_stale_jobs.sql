@@ -32,7 +32,8 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
                       ELSE 'rescued: the worker stopped heartbeating (crashed or lost its connection)' END,
         'attempt', j.attempt,
         'at', now()
-    )),
+    ) || CASE WHEN j.attempted_by IS NULL THEN '{}'::jsonb
+              ELSE jsonb_build_object('started_at', j.attempted_at, 'worker', j.attempted_by) END),
     heartbeat_at = NULL,
     deadline_at = NULL
 FROM stale

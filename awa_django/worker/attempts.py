@@ -76,7 +76,8 @@ class Attempts:
                     with contextlib.suppress(asyncio.CancelledError):
                         await self.completer.until_written(job.id)
                 raise
-            report_outcome(self.metrics, self.registry, job, outcome, ran, stored)
+            refusal = "lost" if stored else self.completer.refusal(job.id)
+            report_outcome(self.metrics, self.registry, job, outcome, ran, stored, refusal)
             if thread is not None:
                 self.in_flight.pop(job.id, None)  # finished as far as the row goes: not drained
                 self.overrunning.add(job.id)

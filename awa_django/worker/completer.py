@@ -20,6 +20,11 @@ is not about the connection (a ``DataError``, say), nothing of it was written (a
 transaction, the hand-over claims included), so the batch is split in halves and each written
 on its own, down to the one row that fails alone: that job is failed with an error naming the
 database's complaint, and every other row is written as it was.
+
+A write the ``(id, running, run_lease)`` guard refuses is named for what happened to the row, read
+back by primary key (only then): cancelled or deleted while running is ``discarded`` (the
+operator's decision stands), a job this worker handed back at shutdown is ``handed_back``, and only
+a row rescued under a newer lease is ``lost`` (the attempt's outcome could not be written).
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit
 from awa_django.observability.joblog import log_job
+from awa_django.observability.sink import REFUSALS
 from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.context import ClaimedJob, Outcome, claimed_job_row
@@ -98,8 +105,13 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self.written = 0
-        self.lost = 0  # writes refused by the (id, running, run_lease) guard
+        # Writes refused by the (id, running, run_lease) guard, by why (sink.REFUSALS):
+        self.discarded = 0  # cancelled or deleted while running
+        self.handed_back = 0  # handed back by this worker at shutdown
+        self.lost = 0  # rescued under a newer lease: the outcome could not be written
         self.handed_over = 0  # permits passed straight to a next job
+        self.released: set[int] = set()  # ids this worker handed back at shutdown (note_handed_back)
+        self._refusals: dict[int, str] = {}  # job id: why its write was refused, until refusal() reads it
 
     def submit(
         self, job: ClaimedJob, outcome: Outcome, progress: str | None = None, permit: Permit | None = None
@@ -111,6 +123,14 @@ class Completer:
         self._idle.clear()
         self._wake.set()
         return future
+
+    def note_handed_back(self, ids: Sequence[int]) -> None:
+        """The supervisor handed these jobs back at shutdown: a late outcome of theirs is no loss."""
+        self.released.update(ids)
+
+    def refusal(self, job_id: int) -> str:
+        """Why the job's refused write was refused (one of ``sink.REFUSALS``); asked once, after its future."""
+        return self._refusals.pop(job_id, "lost")
 
     @property
     def pending(self) -> int:
@@ -192,8 +212,10 @@ class Completer:
             for permit in permits:
                 permit.release()
             raise
+        refused = [entry for entry in batch if entry.job.id not in written]
+        reasons = await self._refusal_reasons(refused) if refused else {}
         for entry in batch:
-            self._answer(entry, entry.job.id in written)
+            self._answer(entry, entry.job.id in written, reasons.get(entry.job.id, "lost"))
         for permit in permits:
             if id(permit) not in passing:
                 permit.release()
@@ -265,21 +287,48 @@ class Completer:
             return set()
         return done
 
-    def _answer(self, entry: _Finished, ok: bool) -> None:
+    async def _refusal_reasons(self, refused: list[_Finished]) -> dict[int, str]:
+        """{job id: why the guard refused its write}, from the rows as they are now."""
+        try:
+            async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["read_refused_jobs"], {"ids": [e.job.id for e in refused]})
+                rows = {row["id"]: (row["state"], row["run_lease"]) for row in await cursor.fetchall()}
+        except WRITE_ERRORS as exc:
+            logger.warning("could not read back %d refused row(s) error=%r; counting them lost", len(refused), exc)
+            return {}
+        reasons = {}
+        for entry in refused:
+            job = entry.job
+            state, lease = rows.get(job.id, (None, None))
+            if job.id in self.released:  # whoever claimed it since runs it under a newer lease
+                reasons[job.id] = "handed_back"
+            elif state is None or (state == JobState.CANCELLED and lease == job.run_lease):
+                reasons[job.id] = "discarded"
+            else:
+                reasons[job.id] = "lost"
+        return reasons
+
+    def _answer(self, entry: _Finished, ok: bool, refusal: str = "lost") -> None:
         job = entry.job
         entry.answered = True
         if ok:
             self.written += 1
         else:
-            self.lost += 1
+            if refusal == "discarded":
+                self.discarded += 1
+            elif refusal == "handed_back":
+                self.handed_back += 1
+            else:
+                self.lost += 1
+            self._refusals[job.id] = refusal
             log_job(
-                "lost",
+                refusal,
                 job_id=job.id,
                 kind=job.kind,
                 queue=job.queue,
                 attempt=job.attempt,
-                note=f"its outcome ({entry.outcome.state}) was not written: the attempt (run_lease={job.run_lease}) "
-                "was rescued or cancelled meanwhile, and the newer state stands",
+                note=f"{REFUSALS[refusal]}; its outcome ({entry.outcome.state}) was not written "
+                f"(run_lease={job.run_lease})",
             )
         if not entry.future.done():
             entry.future.set_result(ok)

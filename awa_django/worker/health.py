@@ -61,7 +61,7 @@ class SnapshotWriter:
         allocator, runners = self.runtime.allocator, self.runtime.runners
         return {
             name: QueueSnapshot(
-                mode=allocator.mode,
+                mode=self.runtime.config.mode,
                 capacity=allocator.capacity(name),
                 in_flight=allocator.in_flight(name),
                 available=allocator.available(name),
@@ -94,7 +94,7 @@ class SnapshotWriter:
                     "hostname": identity.hostname,
                     "pid": identity.pid,
                     "started_at": identity.started_at,
-                    "mode": runtime.allocator.mode,
+                    "mode": runtime.config.mode,
                     "global_max_workers": runtime.config.global_max_workers,
                     "queues": json.dumps(queues_to_json(self.queues(available_rows))),
                     "flags": json.dumps(self.flags().to_json()),

@@ -106,7 +106,8 @@ def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -
     written = write_outcome(alias, job, outcome, context.progress_json)
     if not written:  # only a concurrent writer could have changed the row: say so, never hide it
         logger.warning(
-            "in-process attempt lost before its result was written job_id=%s kind=%s attempt=%s run_lease=%s",
+            "in-process attempt not written: its row changed meanwhile (cancelled, deleted or rescued) "
+            "job_id=%s kind=%s attempt=%s run_lease=%s",
             job.id,
             job.kind,
             job.attempt,

@@ -344,6 +344,7 @@ class QueueRunner:
             "queue": self.name,
             "limit": limit,
             "deadline": deadline,
+            "worker": self._runners.worker,
             "nudges": self._nudges,
             **self._lanes.params(),
         }
@@ -365,8 +366,11 @@ class Runners(Mapping[str, QueueRunner]):
     writer's ``HandOver``: it splits the freed permits by queue and lets each runner decide.
     """
 
-    def __init__(self, config: WorkerConfig, allocator: Allocator, pool: AsyncConnectionPool, stop: Stop) -> None:
+    def __init__(
+        self, config: WorkerConfig, allocator: Allocator, pool: AsyncConnectionPool, stop: Stop, worker: str = ""
+    ) -> None:
         self.allocator = allocator
+        self.worker = worker  # host:pid, written to each claimed row's attempted_by
         self.pool = pool
         self.stop = stop
         self.capacity_scope = config.capacity_scope

@@ -40,6 +40,11 @@ class Identity:
     def key(self) -> str:
         return str(self.instance_id)
 
+    @property
+    def name(self) -> str:
+        """``host:pid``, as ``WorkerInstance`` names the worker; what claims write to ``Job.attempted_by``."""
+        return f"{self.hostname}:{self.pid}"
+
 
 @dataclass(eq=False)
 class Runtime:

@@ -8,6 +8,10 @@ what the admin, ``awa_health`` and the enqueue warnings read back.
                | {"type": "HardReserved", "max_workers": 50},
      "in_flight": 0, "available": 9, "paused": false, "jobs_available": 4 | null}
 
+``mode`` is the mode as configured (weighted when a global maximum is set), in either scope; in
+capacity scope "cluster" (``WorkerFlags.capacity_scope``) the capacity is ``HardReserved`` with the
+cap the leader gave this worker as ``max_workers``, whichever the mode.
+
 ``WorkerInstance.flags`` holds ``WorkerFlags.to_json()``. Both are written by the snapshot loop
 (``awa_django.worker.health``) and read with ``from_json`` only, never by looking keys up at the
 call site. ``from_json`` ignores keys it does not know (a newer or older worker may write more)
@@ -76,7 +80,7 @@ def capacity_from_json(data: object, where: str = "capacity") -> Capacity:
 class QueueSnapshot:
     """One queue's capacity in one worker, as its allocator saw it when the snapshot was written."""
 
-    mode: str  # the allocator's mode: "hard_reserved" or "weighted"
+    mode: str  # the configured mode: "hard_reserved" or "weighted"
     capacity: Capacity
     in_flight: int  # permits held: jobs running or being written
     available: int  # permits a claim would get now

@@ -87,13 +87,14 @@ class Worker:
         allocator = Allocator(None if config.capacity_scope == "cluster" else config.global_max_workers, config.queues)
         stop = Stop()
         pool = make_pool(config.database_alias, config.pool_size)
-        runners = Runners(config, allocator, pool, stop)
+        identity = Identity()
+        runners = Runners(config, allocator, pool, stop, worker=identity.name)
         self.executor = Executor(registry, config.sync_threads)
         self.completer = Completer(pool, hand_over=runners)
         attempts = Attempts(self.executor, self.completer, registry=registry, metrics=metrics, stop=stop)
         self.runtime = runtime = Runtime(
             config=config,
-            identity=Identity(),
+            identity=identity,
             allocator=allocator,
             pool=pool,
             registry=registry,
@@ -239,7 +240,7 @@ class Worker:
         logger.info(
             "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
             self.instance_id,
-            self.allocator.mode,
+            self.config.mode,  # as configured: in cluster scope the allocator enforces the leader's caps
             self.config.capacity_scope,
             self.config.global_max_workers,
             shown,
@@ -353,12 +354,15 @@ class Worker:
             self.config.shutdown_timeout,
             len(left),
         )
+        ids = [entry.job.id for entry in left]
         params = {
-            "ids": [entry.job.id for entry in left],
+            "ids": ids,
             "leases": [entry.job.run_lease for entry in left],
             "reason": f"worker stopped: the job was still running after the {self.config.shutdown_timeout}s "
             "shutdown timeout; handed back to run again",
         }
+
+        self.completer.note_handed_back(ids)
 
         async def write() -> None:
             async with self.runtime.pool.connection() as conn:
@@ -394,9 +398,12 @@ class Worker:
             await asyncio.wait_for(self.maintenance.close(), grace)
         await self.runtime.pool.close(timeout=grace)
         self.executor.shutdown()
+        # Only the refusals that happened are named: "lost=0" on every clean stop reads as a loss.
+        completer = self.completer
+        refused = {"discarded": completer.discarded, "handed_back": completer.handed_back, "lost": completer.lost}
         logger.info(
-            "worker stopped instance=%s written=%d lost=%d",
+            "worker stopped instance=%s written=%d%s",
             self.instance_id,
-            self.completer.written,
-            self.completer.lost,
+            completer.written,
+            "".join(f" {name}={count}" for name, count in refused.items() if count),
         )

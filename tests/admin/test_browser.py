@@ -177,7 +177,7 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             # each read is retried when the refresh swapped its element away mid-read.
             assert unswapped(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed"))
             body = unswapped(driver, lambda d: d.find_element(By.ID, "awa-dashboard").text)
-            assert "emails: Weighted(min 2, weight 5, overflow held " in body  # held varies while it polls
+            assert "emails: weighted: min 2, weight 5, overflow held " in body  # held varies while it polls
             assert f"{worker.hostname}:{worker.pid}" in body
             stamp = unswapped(
                 driver, lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
@@ -205,5 +205,97 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             assert "ValueError: no template" in wait_for(driver, "pre.awa-traceback").text
             assert driver.find_element(By.CSS_SELECTOR, "button.awa-tool-button").text.lower() == "retry now"
             screenshot(driver, "job-detail.png")
+        finally:
+            release.set()
+
+
+def _data_jobs(driver: Any) -> list[int]:
+    return [int(r.get_attribute("data-job")) for r in driver.find_elements(By.CSS_SELECTOR, "tr[data-job]")]
+
+
+def _log_in(driver: Any, live_server: Any, next_url: str) -> None:
+    driver.get(f"{live_server.url}/admin/login/?next={next_url}")
+    driver.find_element(By.NAME, "username").send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_console_in_chromium__running_now_search_failures_and_bulk_retry(
+    browser: Any, live_server: Any, django_user_model: Any
+) -> None:
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "s3cret-pass")
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(kind="render", queue="reports", state="failed", attempt=1, max_attempts=1, args={"user_id": n % 3},
+            finalized_at=now - timedelta(minutes=n),
+            errors=[{"error": f"KeyError: 'template {n}'", "attempt": 1, "at": now.isoformat()}])
+        for n in range(30)
+    )  # fmt: skip
+    release = threading.Event()
+
+    def hold(context: JobContext) -> None:
+        context.set_progress({"done": context.job_id % 10})
+        while not (release.is_set() or context.cancelled):
+            time.sleep(0.02)
+
+    registry = Registry()
+    registry.register(JobHandler("hold", hold, queue="emails", takes_context=True))
+    for _ in range(3):
+        Job.objects.enqueue("hold", queue="emails")
+    with running_worker(make_config(["emails"]), registry=registry) as worker:
+        try:
+            wait_until(lambda: len(worker.in_flight) == 3, timeout=15, what="three jobs in flight")
+            driver = browser
+            name = f"{worker.hostname}:{worker.pid}"
+            _log_in(driver, live_server, "/admin/awa/job/running/")
+
+            # Running now: the rows are the running jobs, and the page refreshes itself.
+            wait_for(driver, "#awa-running")
+            running = set(Job.objects.filter(state="running").values_list("pk", flat=True))
+            shown = unswapped(
+                driver,
+                lambda d: {int(r.get_attribute("data-job")) for r in d.find_elements(By.CSS_SELECTOR, "tr[data-job]")},
+            )
+            assert shown == running and len(running) == 3
+            assert name in unswapped(driver, lambda d: d.find_element(By.ID, "awa-running").text)
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "awa-live").get_attribute("data-refreshed"))
+            assert "refresh failed" not in driver.find_element(By.ID, "awa-refresh-note").text
+            assert screenshot(driver, "running-now.png").stat().st_size > 5_000
+
+            # Search by an args path.
+            driver.get(f"{live_server.url}/admin/awa/job/")
+            box = wait_for(driver, "#searchbar")
+            box.send_keys("user_id=2")
+            box.submit()
+            wait_for(driver, "#result_list")
+            ids = {int(a.text) for a in driver.find_elements(By.CSS_SELECTOR, "#result_list th.field-id a")}
+            assert ids == set(Job.objects.filter(args__contains={"user_id": 2}).values_list("pk", flat=True))
+            assert len(ids) == 10
+            screenshot(driver, "job-search.png")
+
+            # Failures: one group of 30, its numbers those of the database.
+            driver.get(f"{live_server.url}/admin/awa/job/failures/")
+            [group] = wait_for(driver, "#awa-failures").find_elements(By.CSS_SELECTOR, "tr[data-group]")
+            assert group.get_attribute("data-count") == str(Job.objects.filter(state="failed").count()) == "30"
+            assert "KeyError" in group.text and "'…'" in group.text
+            screenshot(driver, "failures.png")
+
+            # Bulk retry over the filter: preview, confirm, run to the end.
+            driver.get(f"{live_server.url}/admin/awa/job/?state__exact=failed&queue=reports")
+            wait_for(driver, "#awa-bulk-retry").click()
+            count = wait_for(driver, "#awa-bulk-count").text
+            assert count.startswith("30 jobs match")
+            sample = _data_jobs(driver)
+            failed_ids = list(Job.objects.filter(state="failed").order_by("pk").values_list("pk", flat=True))
+            assert sample == failed_ids[:10]
+            screenshot(driver, "bulk-preview.png")
+            driver.find_element(By.ID, "awa-bulk-confirm").click()
+            WebDriverWait(driver, 30).until(
+                lambda d: d.find_element(By.ID, "awa-bulk-progress").get_attribute("data-state") == "finished"
+            )
+            assert driver.find_element(By.ID, "awa-bulk-progress").get_attribute("data-done") == "30"
+            assert Job.objects.filter(pk__in=failed_ids, state="failed").count() == 0
+            screenshot(driver, "bulk-done.png")
         finally:
             release.set()

@@ -195,7 +195,7 @@ def test_awa_health_json__top_keys_per_queue_then_other() -> None:
     assert queue["keys"]["running"] == [{"key": "a", "jobs": 1, "keys": 1, "other": False}]
 
 
-@override_settings(AWA={"FAIR_KEYS_TOP": 3})
+@override_settings(AWA={"FAIR_KEYS_TOP": 3, "METRICS_OPEN": True})  # the view is staff-only by default
 def test_depth_view__key_series_bounded_by_the_setting_and_summing_to_the_rows() -> None:
     load("tenants", {f"tenant:{n}": n + 1 for n in range(40)}, running={"tenant:0": 2, "other": 1})
 

@@ -161,7 +161,7 @@ def test_dashboard__renders_in_bounded_queries(
     html = page.content.decode()
     assert html.count('<svg class="awa-chart') == 1 + len(QUEUES)  # the main chart and one per queue
     assert 'class="awa-bar awa-bar-completed"' in html
-    assert "Weighted(min 2, weight 3, overflow held 4)" in html
+    assert "weighted: min 2, weight 3, overflow held 4" in html
     assert "box:42" in html
 
     data = get(client, reverse("admin:awa_dashboard_data"), 8, django_assert_max_num_queries).json()

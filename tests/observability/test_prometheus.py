@@ -7,6 +7,7 @@ import socket
 import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -129,7 +130,7 @@ def test_weighted_gauges__floor_weight_share_and_overflow_in_process() -> None:
 
 
 @pytest.mark.django_db
-def test_depth_view__gauges_match_the_database() -> None:
+def test_depth_view__gauges_match_the_database(admin_client: Client) -> None:
     now = timezone.now()
     Queue.objects.create(name="deep", paused=True)
     Job.objects.enqueue_many([{"kind": "noop", "queue": "deep"} for _ in range(4)])
@@ -148,7 +149,7 @@ def test_depth_view__gauges_match_the_database() -> None:
         flags={"leader": True},
     )
 
-    response = Client().get("/awa/metrics")
+    response = admin_client.get("/awa/metrics")
     assert response.status_code == 200, response.content
     samples = _parse(response.content.decode())
     for queue in ("deep", "shallow"):
@@ -172,6 +173,24 @@ def test_depth_view__token_required_when_set() -> None:
         ok = Client().get("/awa/metrics", headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
     assert b"awa_workers_live" in ok.content
+
+
+@pytest.mark.django_db
+def test_depth_view__closed_by_default__staff_or_token_or_the_open_setting(
+    admin_client: Client, django_user_model: Any
+) -> None:
+    anonymous = Client().get("/awa/metrics")
+    assert anonymous.status_code == 403
+    assert b"METRICS_TOKEN" in anonymous.content and b"METRICS_OPEN" in anonymous.content
+    clerk = Client()
+    clerk.force_login(django_user_model.objects.create_user("clerk", password="x"))
+    assert clerk.get("/awa/metrics").status_code == 403  # logged in, not staff
+    assert admin_client.get("/awa/metrics").status_code == 200
+    with override_settings(AWA={"METRICS_TOKEN": "s3cret"}):
+        assert admin_client.get("/awa/metrics").status_code == 200  # staff needs no token
+        assert Client().get("/awa/metrics").status_code == 401
+    with override_settings(AWA={"METRICS_OPEN": True}):
+        assert Client().get("/awa/metrics").status_code == 200
 
 
 def test_sink__histogram_buckets_are_cumulative_and_inclusive() -> None:

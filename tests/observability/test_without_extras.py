@@ -35,8 +35,9 @@ for name, extra in (("prometheus", "awa-django[metrics]"), ("otel", "awa-django[
 job = Job.objects.enqueue("noop", metadata={"a": 1})
 assert Job.objects.get(pk=job.pk).metadata == {"a": 1}
 Job.objects.filter(pk=job.pk).delete()
-from django.test import Client
-response = Client().get("/awa/metrics")
+from django.test import Client, override_settings
+with override_settings(AWA={"METRICS_OPEN": True}):
+    response = Client().get("/awa/metrics")
 assert response.status_code == 501 and b"awa-django[metrics]" in response.content, response.content
 print("OK")
 """

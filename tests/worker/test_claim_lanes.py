@@ -114,7 +114,7 @@ class History:
         return [row[3] for row in rows]
 
     def claim(self, limit: int) -> list[int]:
-        params = {"queue": QUEUE, "limit": limit, "deadline": None, **self.lanes.params()}
+        params = {"queue": QUEUE, "limit": limit, "deadline": None, "worker": "test:1", **self.lanes.params()}
         # Only a job made available since the last look may wait behind a cursor: whatever a look
         # saw behind is ahead of the cursors the claims after it use (rewound where needed).
         behind = set(available_ids()) - set(ahead_ids(params))
@@ -265,7 +265,7 @@ def test_paused_queue__claims_nothing_from_any_lane_until_resumed() -> None:
     ids = [job_id for priority in (4, 1, 3, 2) for job_id in enqueue(priority, 5, 2)]
     h = History()
     h.made_available(ids)
-    params = {"queue": QUEUE, "limit": 10, "deadline": None, **h.lanes.params()}
+    params = {"queue": QUEUE, "limit": 10, "deadline": None, "worker": "test:1", **h.lanes.params()}
     assert run("claim_jobs", params) == []
     assert sorted(available_ids()) == sorted(ids)
     queue.paused = False
@@ -302,7 +302,7 @@ def test_old_snapshot__claim_and_backlog_probe_touch_only_what_lies_past_the_cur
         lanes = LaneCursors()
         claimed = 0
         while True:
-            params = {"queue": QUEUE, "limit": 250, "deadline": None, **lanes.params()}
+            params = {"queue": QUEUE, "limit": 250, "deadline": None, "worker": "test:1", **lanes.params()}
             rows = run("claim_jobs", params)
             lanes.advance(claimed_rows(rows), params)
             claimed += len(rows)
@@ -315,7 +315,7 @@ def test_old_snapshot__claim_and_backlog_probe_touch_only_what_lies_past_the_cur
         touched = {
             "find_ready_queues": buffers_touched("find_ready_queues", probe_params(lanes)),
             "claim_jobs": buffers_touched(
-                "claim_jobs", {"queue": QUEUE, "limit": 32, "deadline": None, **lanes.params()}
+                "claim_jobs", {"queue": QUEUE, "limit": 32, "deadline": None, "worker": "test:1", **lanes.params()}
             ),
         }
         assert old.execute("SELECT count(*) FROM awa_job").fetchone() == (5000,)  # still the old snapshot

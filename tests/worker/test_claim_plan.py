@@ -57,7 +57,7 @@ def test_claim_plan__every_lane_scans_the_available_index__no_sequential_scan_of
         cursor.execute("SHOW server_version")
         version = cursor.fetchone()[0]
 
-    plan = claim_plan({"queue": QUEUE, "limit": 32, "deadline": None, **LaneCursors().params()})
+    plan = claim_plan({"queue": QUEUE, "limit": 32, "deadline": None, "worker": "test:1", **LaneCursors().params()})
 
     on_jobs = [n for n in nodes(plan) if n.get("Relation Name") == "awa_job"]
     shape = [(n["Node Type"], n.get("Index Name")) for n in on_jobs]

@@ -167,14 +167,14 @@ def test_snapshot__a_real_workers_row_is_what_the_admin_and_awa_health_read() ->
                 in_flight=3,
                 available=allocator.available("snapA"),
             )
-            assert capacity.describe() == "Weighted(min 1, weight 2, overflow held 2)"
+            assert capacity.describe() == "weighted: min 1, weight 2, overflow held 2"
 
             response = _admin_client().get(reverse("admin:awa_dashboard_data"))
             assert response.status_code == 200
             [shown] = [w for w in response.json()["workers"] if w["instance_id"] == str(worker.instance_id)]
             assert shown["queues"]["snapA"] == capacity.__dict__ | {"describe": capacity.describe()}
-            assert shown["queues"]["snapB"]["describe"] == "Weighted(min 1, weight 1, overflow held 0)"
-            assert "Weighted(min 1, weight 2, overflow held 2)" in response.json()["html"]
+            assert shown["queues"]["snapB"]["describe"] == "weighted: min 1, weight 1, overflow held 0"
+            assert "weighted: min 1, weight 2, overflow held 2" in response.json()["html"]
 
             reported = {q["name"]: q for q in _health_json()["queues"]}
             assert reported["snapA"]["in_flight"] == 3
@@ -213,7 +213,9 @@ def test_snapshot__an_awa_worker_process_row_is_read_by_the_dashboard(spawn: Spa
         "in_flight": 2,
         "available": 2,
         "paused": False,
-        "describe": "HardReserved(max 4)",
+        "scope": "process",
+        "cluster_limit": None,
+        "describe": "hard-reserved: max 4",
     }
     assert shown["flags"]["in_flight"] == 2
 

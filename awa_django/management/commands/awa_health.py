@@ -20,7 +20,14 @@ from django.utils import timezone
 
 from awa_django.conf import awa_settings
 from awa_django.management.arguments import seconds
-from awa_django.services.cluster import cluster_capacity, default_stale_after, live_workers, worker_healthy
+from awa_django.services.cluster import (
+    cluster_capacity,
+    default_stale_after,
+    global_maximum,
+    live_workers,
+    worker_healthy,
+    worker_scope,
+)
 from awa_django.services.keys import top_keys
 from awa_django.services.stats import format_age, queue_stats
 from awa_django.states import JobState
@@ -107,6 +114,7 @@ class Command(BaseCommand):
                     "worker": str(w),
                     "instance_id": str(w.instance_id),
                     "mode": w.mode,
+                    "capacity_scope": worker_scope(w),
                     "global_max_workers": w.global_max_workers,
                     "started_at": w.started_at.isoformat(),
                     "last_seen_at": w.last_seen_at.isoformat(),
@@ -119,6 +127,8 @@ class Command(BaseCommand):
             "queues": queue_reports,
             "cluster": cluster_capacity(),
         }
+        gmax = global_maximum(workers)
+        report["global_max_workers"] = {"configured": gmax.configured, "in_force": gmax.in_force, "reason": gmax.reason}
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
         else:
@@ -136,11 +146,16 @@ class Command(BaseCommand):
             state = "ok" if w["healthy"] else "stopping"
             flags = ",".join(k for k in ("leader", "listening") if w["flags"].get(k)) or "-"
             out.write(
-                f"  {w['worker']} {state} mode={w['mode']}{gmax} seen={w['seconds_since_seen']:.1f}s ago "
+                f"  {w['worker']} {state} mode={w['mode']} capacity_scope={w['capacity_scope']}{gmax} "
+                f"seen={w['seconds_since_seen']:.1f}s ago "
                 f"in_flight={w['flags'].get('in_flight', 0)} flags={flags}"
             )
         if not report["workers"]:
             out.write("  (none)")
+        gmax = report["global_max_workers"]
+        if gmax["reason"]:
+            in_force = ", ".join(map(str, gmax["in_force"])) or "none"
+            out.write(f"global maximum in force {in_force}, configured {gmax['configured']}: {gmax['reason']}")
         cluster = report["cluster"]
         if cluster["workers"]:
             line = (

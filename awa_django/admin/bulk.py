@@ -1,0 +1,159 @@
+"""Act on thousands: retry, cancel or discard every job the Job list's current filter and search
+match, not only the page.
+
+``BulkMixin`` adds ``admin:awa_job_bulk`` (``bulk/<action>/?<the list's query string>``):
+
+- GET previews: the filter in words, how many jobs match (counted up to ``COUNT_LIMIT``, the
+  planner's estimate past it on an unfiltered list, and said so) and a sample, with a confirm form;
+- each POST (the confirmation, then each next chunk) applies the action to the next ``CHUNK`` ids
+  of the filter past the cursor, in id order, through the services with ``skip_locked`` (a row a
+  worker holds is skipped and counted, never waited for), each chunk its own short transaction;
+  the page posts the next chunk by itself until the filter is exhausted, and stopping it (the Stop
+  button, or leaving the page) stops the run between chunks;
+- each chunk is one ``LogEntry`` (who, the action, the filter, how many of how many, the id range).
+
+Retry and cancel need the change permission, discard the delete permission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from awa_django.admin.helpers import COUNT_LIMIT, parse_id
+from awa_django.models import Job
+from awa_django.services.jobs import cancel_jobs, discard_jobs, retry_jobs
+from awa_django.validation import brief
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    _JobAdminBase = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic for the type checker only
+    _JobAdminBase = admin.ModelAdmin
+
+CHUNK = 1000  # ids per request: one short transaction each
+SAMPLE = 10
+
+ACTIONS: dict[str, tuple[str, str, Callable[..., int]]] = {
+    # action: (verb, permission, service)
+    "retry": ("Retry", "change", retry_jobs),
+    "cancel": ("Cancel", "change", cancel_jobs),
+    "discard": ("Discard", "delete", discard_jobs),
+}
+
+
+def describe_filter(query: str) -> str:
+    """The list's query string as the audit log and the preview say it ("everything" when empty)."""
+    return brief(query, 500) if query else "every job (no filter)"
+
+
+class BulkMixin(_JobAdminBase):
+    def get_urls(self) -> list[URLPattern]:
+        custom = [path("bulk/<str:action>/", self.admin_site.admin_view(self.bulk_view), name="awa_job_bulk")]
+        return custom + super().get_urls()
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {
+            "has_change_permission": self.has_change_permission(request),
+            "has_delete_permission": self.has_delete_permission(request),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
+    def _bulk_allowed(self, request: HttpRequest, action: str) -> tuple[str, Callable[..., int]]:
+        if action not in ACTIONS:
+            raise Http404(f"no bulk action {brief(action, 40)}; use one of {', '.join(ACTIONS)}")
+        verb, permission, service = ACTIONS[action]
+        allowed = self.has_delete_permission(request) if permission == "delete" else self.has_change_permission(request)
+        if not allowed:
+            raise PermissionDenied
+        return verb, service
+
+    def _filtered(self, request: HttpRequest) -> tuple[QuerySet[Job], str]:
+        """The jobs the list's filter and search (this request's query string) match, and the filter."""
+        changelist = self.get_changelist_instance(request)
+        return changelist.get_queryset(request).order_by(), request.GET.urlencode()
+
+    def bulk_view(self, request: HttpRequest, action: str) -> HttpResponse:
+        verb, service = self._bulk_allowed(request, action)
+        try:
+            jobs, query = self._filtered(request)
+        except IncorrectLookupParameters:
+            return TemplateResponse(
+                request,
+                "admin/awa/job/bulk.html",
+                {**self._bulk_base(request, verb, action, ""), "awa_error": "The list's filter is not valid."},
+                status=400,
+            )
+        if request.method == "POST":
+            return self._bulk_chunk(request, action, verb, service, jobs, query)
+        counted = int(jobs[: COUNT_LIMIT + 1].count())
+        sample = list(jobs.order_by("pk").only("id", "kind", "queue", "state", "attempt", "max_attempts")[:SAMPLE])
+        context = {
+            **self._bulk_base(request, verb, action, query),
+            "awa_count": min(counted, COUNT_LIMIT),
+            "awa_count_capped": counted > COUNT_LIMIT,
+            "awa_sample": sample,
+            "awa_chunk": CHUNK,
+        }
+        return TemplateResponse(request, "admin/awa/job/bulk.html", context)
+
+    def _bulk_base(self, request: HttpRequest, verb: str, action: str, query: str) -> dict[str, Any]:
+        request.current_app = self.admin_site.name
+        changelist = reverse("admin:awa_job_changelist", current_app=self.admin_site.name)
+        return {
+            **self.admin_site.each_context(request),
+            "title": f"{verb} every job the filter matches",
+            "opts": self.opts,
+            "awa_action": action,
+            "awa_verb": verb,
+            "awa_filter": describe_filter(query),
+            "awa_query": query,
+            "awa_list_url": changelist + (f"?{query}" if query else ""),
+        }
+
+    def _bulk_chunk(
+        self,
+        request: HttpRequest,
+        action: str,
+        verb: str,
+        service: Callable[..., int],
+        jobs: QuerySet[Job],
+        query: str,
+    ) -> JsonResponse:
+        after = parse_id(request.POST.get("after", "0") or "0")
+        if after is None:
+            after = 0
+        ids = list(jobs.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:CHUNK])
+        done = service(ids, skip_locked=True) if ids else 0
+        if ids:
+            LogEntry.objects.create(
+                user_id=int(request.user.pk or 0),  # admin_view: a logged-in staff user
+                content_type_id=ContentType.objects.get_for_model(Job).pk,
+                object_id=None,
+                object_repr=brief(f"bulk {action}: {describe_filter(query)}", 200),
+                action_flag=DELETION if action == "discard" else CHANGE,
+                change_message=f"bulk {action} over {describe_filter(query)}: {verb.lower()} {done} of {len(ids)} "
+                f"job(s), ids {ids[0]} to {ids[-1]}",
+            )
+        return JsonResponse(
+            {
+                "action": action,
+                "filter": describe_filter(query),
+                "chunk": len(ids),
+                "done": done,
+                "skipped": len(ids) - done,
+                "after": ids[-1] if ids else after,
+                "finished": len(ids) < CHUNK,
+            }
+        )

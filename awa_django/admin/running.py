@@ -1,0 +1,102 @@
+""" "Running now": the running jobs per worker and per queue (job, kind, started, elapsed,
+progress), as a page and as the JSON it refreshes itself from.
+
+``RunningNowMixin`` adds the two views to the Job admin (``admin:awa_job_running``,
+``admin:awa_job_running_data``); whoever may view jobs may view them. ``?worker=host:pid`` and
+``?queue=name`` narrow the list; the dashboard's worker and queue rows link here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from awa_django.models import Job
+from awa_django.services.running import RunningNow, running_now
+from awa_django.services.stats import format_age
+
+if TYPE_CHECKING:
+    _JobAdminBase = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic for the type checker only
+    _JobAdminBase = admin.ModelAdmin
+
+REFRESH_SECONDS = 5
+FILTER_MAX_LENGTH = 255  # longer than any host:pid or queue name: such a filter matches nothing
+
+
+def _filter(request: HttpRequest, name: str) -> tuple[str | None, bool]:
+    """The ``name`` filter's value (None: not given) and whether it can match nothing (a NUL, or
+    longer than any worker or queue name): then the list is empty, never a 500."""
+    value = request.GET.get(name, "").strip()
+    return value or None, "\x00" in value or len(value) > FILTER_MAX_LENGTH
+
+
+class RunningNowMixin(_JobAdminBase):
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path("running/", self.admin_site.admin_view(self.running_view), name="awa_job_running"),
+            path("running/data/", self.admin_site.admin_view(self.running_data_view), name="awa_job_running_data"),
+        ]
+        return custom + super().get_urls()
+
+    def _running_context(self, request: HttpRequest) -> dict[str, Any]:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        (worker, odd_worker), (queue, odd_queue) = _filter(request, "worker"), _filter(request, "queue")
+        impossible = odd_worker or odd_queue
+        found = RunningNow([], False, timezone.now()) if impossible else running_now(worker=worker, queue=queue)
+        rows = [
+            {
+                "job": job,
+                "url": reverse("admin:awa_job_change", args=[job.id], current_app=self.admin_site.name),
+                "elapsed": format_age(job.elapsed(found.now)),
+            }
+            for job in found.jobs
+        ]
+        shown = {k: v for k, v in (("worker", worker), ("queue", queue)) if v}
+        return {
+            "awa_now": found.now,
+            "awa_rows": rows,
+            "awa_more": found.more and not impossible,
+            "awa_worker": worker,
+            "awa_queue": queue,
+            "awa_query": urlencode(shown),
+        }
+
+    def running_view(self, request: HttpRequest) -> HttpResponse:
+        context = self._running_context(request)
+        data_url = reverse("admin:awa_job_running_data", current_app=self.admin_site.name)
+        context.update(
+            {
+                **self.admin_site.each_context(request),
+                "title": "Running now",
+                "opts": self.opts,
+                "awa_data_url": data_url + (f"?{context['awa_query']}" if context["awa_query"] else ""),
+                "awa_refresh_seconds": REFRESH_SECONDS,
+            }
+        )
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/awa/running/running.html", context)
+
+    def running_data_view(self, request: HttpRequest) -> JsonResponse:
+        context = self._running_context(request)
+        now = context["awa_now"]
+        payload = {
+            "generated_at": now.isoformat(),
+            "worker": context["awa_worker"],
+            "queue": context["awa_queue"],
+            "more": context["awa_more"],
+            "jobs": [row["job"].as_dict(now) for row in context["awa_rows"]],
+            "html": render_to_string("admin/awa/running/_body.html", context, request=request),
+        }
+        response = JsonResponse(payload)
+        response["Cache-Control"] = "no-store"
+        return response

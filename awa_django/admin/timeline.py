@@ -1,0 +1,106 @@
+"""A job's attempts on one line each, for its admin page: when each started and ended (to the
+second, in the operator's time zone: Django's current one), how long it ran, on which worker, how
+it ended, and its error. Read from the error history (each entry carries its attempt's start and
+worker when a worker ran it) and, for the latest attempt, from the row itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from awa_django.models import Job, JobState
+from awa_django.services.stats import format_age
+
+TIME_FORMAT = "Y-m-d H:i:s T"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int | str
+    started: datetime | None
+    ended: datetime | None
+    worker: str | None
+    outcome: str
+    error: str = ""
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started is None or self.ended is None:
+            return None
+        return max(self.ended - self.started, timedelta(0))
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_datetime(value)
+        except ValueError:
+            return None
+    return None
+
+
+def attempts_of(job: Job) -> list[Attempt]:
+    """The attempts the row records, oldest first."""
+    entries = [e for e in (job.errors if isinstance(job.errors, list) else []) if isinstance(e, dict)]
+    attempts = []
+    for entry in entries:
+        error = str(entry.get("error", ""))
+        outcome = JobState.CANCELLED.value if error.startswith(f"{JobState.CANCELLED.value}:") else "error"
+        attempts.append(
+            Attempt(
+                entry.get("attempt", "?"),
+                _when(entry.get("started_at")),
+                _when(entry.get("at")),
+                entry.get("worker") if isinstance(entry.get("worker"), str) else None,
+                outcome,
+                error,
+            )
+        )
+    recorded = {a.number for a in attempts}
+    if job.attempt and job.attempt not in recorded and job.attempted_at is not None:
+        ended = job.finalized_at if job.state != JobState.RUNNING else None
+        attempts.append(Attempt(job.attempt, job.attempted_at, ended, job.attempted_by, job.state))
+    return attempts
+
+
+def _shown(value: datetime | None) -> str:
+    return "—" if value is None else format_date(timezone.localtime(value), TIME_FORMAT)
+
+
+def attempt_timeline(job: Job) -> SafeString:
+    attempts = attempts_of(job)
+    if not attempts:
+        return format_html('<span class="awa-muted">{}</span>', "not run yet")
+    now = timezone.now()
+    rows = format_html_join(
+        "",
+        '<tr class="awa-attempt" data-attempt="{}"><td>{}</td><td class="awa-nowrap">{}</td>'
+        '<td class="awa-nowrap">{}</td><td class="awa-nowrap">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>',
+        (
+            (
+                a.number,
+                a.number,
+                _shown(a.started),
+                _shown(a.ended) if a.ended or a.outcome != JobState.RUNNING else JobState.RUNNING.value,
+                format_age(a.duration if a.ended else (now - a.started if a.started else None)),
+                a.worker or "—",
+                a.outcome,
+                a.error[:300],
+            )
+            for a in attempts
+        ),
+    )
+    return format_html(
+        '<table class="awa-table awa-timeline"><thead><tr><th>attempt</th><th>started</th><th>ended</th>'
+        "<th>ran</th><th>worker</th><th>outcome</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )

@@ -1,0 +1,170 @@
+"""Act on thousands: retry, cancel or discard everything the list's filter matches, previewed
+(count and sample), confirmed, run in chunks of short SKIP LOCKED transactions that stop between
+chunks, each chunk audited in the admin's LogEntry (who, the filter, how many)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from awa_django.admin.bulk import CHUNK, SAMPLE
+from awa_django.models import Job
+from tests.admin.conftest import client_for
+
+FILTER = {"state__exact": "failed", "queue": "bulk"}
+
+
+def _failed(queue: str, count: int) -> list[int]:
+    now = timezone.now()
+    Job.objects.bulk_create(
+        [Job(kind="k", queue=queue, state="failed", attempt=1, max_attempts=1, finalized_at=now) for _ in range(count)]
+    )
+    return list(Job.objects.filter(queue=queue, state="failed").order_by("pk").values_list("pk", flat=True))
+
+
+def _url(action: str, query: dict[str, str] | None = None) -> str:
+    return reverse("admin:awa_job_bulk", args=[action]) + "?" + urlencode(FILTER if query is None else query)
+
+
+def _run(client: Client, action: str, query: dict[str, str] | None = None, chunks: int | None = None) -> list[Any]:
+    """POST chunk after chunk as the page's script does; ``chunks`` stops after that many."""
+    answers: list[Any] = []
+    after = 0
+    while chunks is None or len(answers) < chunks:
+        answer = client.post(_url(action, query), {"after": after}).json()
+        answers.append(answer)
+        if answer["finished"]:
+            break
+        after = answer["after"]
+    return answers
+
+
+@pytest.mark.django_db
+def test_bulk_retry__preview_then_chunks_over_the_whole_filter_audited(admin_client: Client) -> None:
+    ids = _failed("bulk", 2 * CHUNK + 500)
+    others = _failed("elsewhere", 5)
+    Job.objects.create(kind="k", queue="bulk")  # available: not in the filter
+
+    preview = admin_client.get(_url("retry"))
+    html = preview.content.decode()
+    assert preview.status_code == 200
+    assert f"<strong>{len(ids)}</strong> jobs match" in html
+    assert [int(x) for x in _data_jobs(html)] == ids[:SAMPLE]
+    assert "state__exact=failed&amp;queue=bulk" in html
+    assert Job.objects.filter(pk__in=ids, state="failed").count() == len(ids)  # a preview changes nothing
+
+    answers = _run(admin_client, "retry")
+    assert [(a["chunk"], a["done"]) for a in answers] == [(CHUNK, CHUNK), (CHUNK, CHUNK), (500, 500)]
+    assert Job.objects.filter(pk__in=ids, state="available").count() == len(ids)
+    assert set(Job.objects.filter(pk__in=others).values_list("state", flat=True)) == {"failed"}
+
+    entries = list(LogEntry.objects.order_by("pk"))
+    assert len(entries) == 3
+    assert {e.user.username for e in entries} == {"admin"}
+    assert all("state__exact=failed&queue=bulk" in e.change_message for e in entries)
+    assert entries[0].change_message.endswith(f"retry {CHUNK} of {CHUNK} job(s), ids {ids[0]} to {ids[CHUNK - 1]}")
+
+
+def _data_jobs(html: str) -> list[str]:
+    import re
+
+    return re.findall(r'data-job="(\d+)"', html)
+
+
+@pytest.mark.django_db
+def test_bulk_cancel__stopped_after_one_chunk__the_rest_untouched(admin_client: Client) -> None:
+    Job.objects.bulk_create([Job(kind="k", queue="bulk") for _ in range(CHUNK + 10)])
+    query = {"queue": "bulk", "state__exact": "available"}
+    [answer] = _run(admin_client, "cancel", query, chunks=1)
+    assert (answer["done"], answer["finished"]) == (CHUNK, False)
+    assert Job.objects.filter(queue="bulk", state="cancelled").count() == CHUNK
+    assert Job.objects.filter(queue="bulk", state="available").count() == 10
+    assert LogEntry.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_bulk_discard__deletes_the_filter_only(admin_client: Client) -> None:
+    ids = _failed("bulk", 30)
+    keep = _failed("elsewhere", 3)
+    answers = _run(admin_client, "discard")
+    assert sum(a["done"] for a in answers) == 30
+    assert not Job.objects.filter(pk__in=ids).exists()
+    assert Job.objects.filter(pk__in=keep).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk__a_row_a_worker_holds_is_skipped_not_waited_for() -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password=None))
+    ids = _failed("bulk", 20)
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"] or None, port=settings["PORT"] or None
+    ) as other:
+        other.execute("SELECT id FROM awa_job WHERE id = %s FOR UPDATE", [ids[3]])  # held until the block ends
+        answers = _run(client, "retry")
+    assert [(a["done"], a["skipped"]) for a in answers] == [(19, 1)]
+    assert Job.objects.get(pk=ids[3]).state == "failed"
+    assert Job.objects.filter(pk__in=ids, state="available").count() == 19
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["superuser", "change_staff", "view_staff", "non_staff", "anonymous"])
+@pytest.mark.parametrize("action", ["retry", "cancel", "discard"])
+def test_bulk__matrix(users: dict[str, User | None], who: str, action: str) -> None:
+    ids = _failed("bulk", 3)
+    client = client_for(users[who])
+    preview = client.get(_url(action))
+    posted = client.post(_url(action), {"after": 0})
+    allowed = who in ("superuser", "change_staff")  # change_staff holds delete_job too
+    if allowed:
+        assert preview.status_code == posted.status_code == 200
+    elif who == "view_staff":
+        assert preview.status_code == posted.status_code == 403
+        assert Job.objects.filter(pk__in=ids, state="failed").count() == 3
+        assert LogEntry.objects.count() == 0
+    else:
+        assert preview.status_code == posted.status_code == 302
+        assert Job.objects.filter(pk__in=ids, state="failed").count() == 3
+
+
+@pytest.mark.django_db
+def test_bulk__staff_who_may_change_but_not_delete_cannot_discard(db: None) -> None:
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("changer_only", password=None, is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "change_job"]))
+    client = client_for(user)
+    assert client.get(_url("retry")).status_code == 200
+    assert client.get(_url("discard")).status_code == 403
+    listing = client.get(reverse("admin:awa_job_changelist")).content.decode()
+    assert 'id="awa-bulk-retry"' in listing and 'id="awa-bulk-discard"' not in listing
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("action", "query", "after", "status"),
+    [
+        ("explode", FILTER, "0", 404),
+        ("retry", {"bogus__lookup": "1"}, "0", 400),
+        ("retry", {"state__exact": "fa\x00iled"}, "0", 200),
+        ("retry", {"q": "{not json"}, "0", 200),
+        ("retry", FILTER, "abc", 200),
+        ("retry", FILTER, "9" * 30, 200),
+    ],
+)
+def test_bulk__odd_input_never_500(
+    admin_client: Client, action: str, query: dict[str, str], after: str, status: int
+) -> None:
+    _failed("bulk", 2)
+    assert admin_client.get(_url(action, query)).status_code == status
+    assert admin_client.post(_url(action, query), {"after": after}).status_code == status
