@@ -17,7 +17,9 @@
 --   keys; for capped keys inside the transaction that holds their advisory locks and read their
 --   running counts (lock_fair_keys, count_running_keys), which is what makes a cap exact. A paused
 --   queue claims nothing.
--- Each claim starts a new attempt: attempt + 1, and run_lease + 1, as claim_jobs.
+-- Each claim starts a new attempt: attempt + 1, and run_lease + 1, as claim_jobs. Its times are the
+--   statement's, not the transaction's: a capped claim's transaction began before it waited for its
+--   locks, and attempted_at must not precede the completions its running count saw.
 -- Returns the ClaimedJob fields, as claim_jobs.
 WITH picked AS (
     SELECT p.id
@@ -44,9 +46,9 @@ UPDATE awa_job AS j
 SET state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = now() + COALESCE(j.timeout, %(deadline)s::interval)
+    attempted_at = statement_timestamp(),
+    heartbeat_at = statement_timestamp(),
+    deadline_at = statement_timestamp() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key
+    EXTRACT(EPOCH FROM statement_timestamp() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key
