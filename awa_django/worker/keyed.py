@@ -13,9 +13,9 @@ learns of a key's due jobs in two ways:
   over what was claimed), so each job that becomes available is read once, in arrival order: cost
   proportional to arrivals, and cheap under an old snapshot for the lane cursors' own reason. A read
   runs when the runner was nudged (a NOTIFY, the backlog probe seeing jobs past the cursors);
-- *the sweep*: ``find_due_keys`` lists the keys with a due job, one index descent per key, for
-  what lies behind the discovery cursors (the backlog there when keyed claiming starts, promotions,
-  retries, releases, aged priorities, late commits). It runs at once when keyed claiming starts
+- *the sweep*: ``find_due_keys`` lists the keys with a due job (and each one's first), one index
+  descent per key, for what lies behind the discovery cursors (the backlog there when keyed
+  claiming starts, promotions, retries, releases, aged priorities, late commits). It runs at once when keyed claiming starts
   (the cursors then jump to the lanes' ends, ``find_lane_ends``), then every ``SWEEP_EVERY``
   seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart. A key it finds that the
   allocator has no backlog for is offered with an unknown count (``UNKNOWN_BACKLOG``): a key's
@@ -24,9 +24,11 @@ learns of a key's due jobs in two ways:
 **The keyed claim.** ``KeyShares.pick(permits)`` grants slots key by key; ``claim_keyed_jobs`` takes,
 per granted key, up to that many of its due jobs in (priority, run_at, id) order, from the key's
 own cursor (the last job it claimed; none: the key's front), in one statement. A key whose claim
-came back short ran dry (``returned``); its cursor is dropped. A discovered arrival behind a key's
-cursor moves the cursor back to it, and each sweep drops every key cursor, so nothing waits behind
-a cursor longer than a sweep interval.
+came back short ran dry (``returned``); its cursor stays (the ``KEY_CURSORS`` most recently used are
+kept). A due job seen behind a key's cursor
+(an arrival read, or the first due job of the key the sweep returns) moves the cursor back to it,
+so nothing waits behind a key's cursor longer than a sweep interval, and a key's claims, like the
+lanes', never walk the dead entries its claimed jobs left behind.
 
 **Caps, exact across every worker.** When a grant holds capped keys, the claim runs in one
 transaction: ``lock_fair_keys`` takes each capped key's advisory lock (sorted: no deadlock), then
@@ -137,24 +139,25 @@ class KeyedClaims:
         self.started = True
 
     async def sweep(self, pool: AsyncConnectionPool) -> int:
-        """One find_due_keys: offer each due key the allocator has no backlog for; drop the key
-        cursors. Returns how many keys were offered."""
+        """One find_due_keys: offer each due key the allocator has no backlog for, and move a key's
+        cursor back to its first due job if that lies behind it. Returns how many keys were offered."""
         started = time.monotonic()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(statements["find_due_keys"], {"queue": self.queue, "limit": SWEEP_LIMIT})
-            keys = [row["fair_key"] for row in await cursor.fetchall()]
+            firsts = [Arrival(**row) for row in await cursor.fetchall()]
         took = time.monotonic() - started
         self.next_sweep = started + max(SWEEP_EVERY, SWEEP_COST_FACTOR * took)
         self.sweeps += 1
-        self.cursors.clear()
         offered = 0
         shares = self.shares
-        for key in keys:
+        for first in firsts:
+            key = first.fair_key
+            self._behind(first)
             if shares.backlog(key) == 0:
                 shares.offer(key, UNKNOWN_BACKLOG)
                 offered += 1
         if offered:
-            logger.debug("key sweep queue=%s keys=%d offered=%d seconds=%.3f", self.queue, len(keys), offered, took)
+            logger.debug("key sweep queue=%s keys=%d offered=%d seconds=%.3f", self.queue, len(firsts), offered, took)
         return offered
 
     async def read_arrivals(self, pool: AsyncConnectionPool, lanes: LaneCursors) -> int:
@@ -173,13 +176,17 @@ class KeyedClaims:
         counts: dict[str, int] = {}
         for row in rows:
             counts[row.fair_key] = counts.get(row.fair_key, 0) + 1
-            cursor_at = self.cursors.get(row.fair_key)
-            if cursor_at is not None and (row.priority, row.run_at, row.id) <= cursor_at:
-                self.cursors[row.fair_key] = (row.priority, row.run_at, row.id - 1)
+            self._behind(row)
         shares = self.shares
         for key, n in counts.items():
             shares.offer(key, n)
         return len(rows)
+
+    def _behind(self, job: Arrival) -> None:
+        """A due job seen: if it lies behind its key's cursor, the key's next claim starts at it."""
+        cursor_at = self.cursors.get(job.fair_key)
+        if cursor_at is not None and (job.priority, job.run_at, job.id) <= cursor_at:
+            self.cursors[job.fair_key] = (job.priority, job.run_at, job.id - 1)
 
     # --- the claim -------------------------------------------------------------------------
 
@@ -219,9 +226,7 @@ class KeyedClaims:
             if got == granted:
                 continue
             dry = got < allowed.get(key, 0)  # short of what the cap allowed: no more due jobs
-            if dry:
-                self.cursors.pop(key, None)
-            else:
+            if not dry:
                 self.blocked.add(key)
             self.shares.returned(key, granted, got, dry=dry)
         return jobs

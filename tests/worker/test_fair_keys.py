@@ -5,7 +5,10 @@ Measured from the job rows (tests/worker/fairkeys.py): each attempt's [attempted
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from awa_django.concurrency.keyconfig import QueueKeySettings, load_key_settings
 from awa_django.models import FairKey, Job, Queue
@@ -99,3 +102,19 @@ def test_cap__a_capped_key_never_runs_more__the_others_take_the_rest() -> None:
     peak = peak_running(ran(QUEUE))
     assert peak["capped"] == 2
     assert peak["free"] >= 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog() -> None:
+    """Aging rewrites a waiting job's priority: the keyed claim finds it behind its key's cursor
+    (the sweep sees the key's first due job) and takes it before the rest of its key's backlog."""
+    Queue.objects.create(name=QUEUE, max_workers=2, priority_aging=timedelta(seconds=1))
+    backlog = add_jobs(QUEUE, "K", 400, seconds=0.02, priority=2)
+    (old,) = add_jobs(QUEUE, "K", 1, seconds=0.02, priority=4)
+    Job.objects.filter(pk=old).update(run_at=timezone.now() - timedelta(seconds=10))
+    config = {QUEUE: QueueConfig(QUEUE, max_workers=2, priority_aging=1.0)}
+    with running_worker(make_config(config)):
+        wait_until(lambda: done(401), timeout=60, what="401 jobs done")
+    runs = ran(QUEUE)
+    position = next(i for i, r in enumerate(runs) if r.id == old)
+    assert position < len(backlog) // 2, position  # never aged, it would have run last

@@ -207,9 +207,7 @@ def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_
             assert order == sorted(order), f"{key} claimed out of its priority order"
     assert outcome.late_served, "the late key was never served"
     assert outcome.late_waited is not None and outcome.late_waited <= len(keys) + sum(slots), outcome.late_waited
-    ideal = water_fill(
-        float(sum(slots)), {k: s.weight for k, s in keys.items()}, {k: s.cap for k, s in keys.items()}
-    )
+    ideal = water_fill(float(sum(slots)), {k: s.weight for k, s in keys.items()}, {k: s.cap for k, s in keys.items()})
     total_ideal = sum(ideal.values())
     total_held = sum(outcome.held.values())
     for key in keys:
