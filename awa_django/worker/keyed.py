@@ -15,11 +15,12 @@ learns of a key's due jobs in two ways:
   runs when the runner was nudged (a NOTIFY, the backlog probe seeing jobs past the cursors);
 - *the sweep*: ``find_due_keys`` lists the keys with a due job (and each one's first), one index
   descent per key, for what lies behind the discovery cursors (the backlog there when keyed
-  claiming starts, promotions, retries, releases, aged priorities, late commits). It runs at once when keyed claiming starts
-  (the cursors then jump to the lanes' ends, ``find_lane_ends``), then every ``SWEEP_EVERY``
-  seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart. A key it finds that the
-  allocator has no backlog for is offered with an unknown count (``UNKNOWN_BACKLOG``): a key's
-  backlog is a hint, the claim that comes back short says it ran dry.
+  claiming starts, promotions, retries, releases, aged priorities, late commits). It runs at once
+  when keyed claiming starts (the cursors then jump to the lanes' ends, ``find_lane_ends``), then
+  every ``SWEEP_EVERY`` seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart.
+  A key it finds that the allocator has no backlog for is offered with an unknown count
+  (``UNKNOWN_BACKLOG``): a key's backlog is a hint, the claim that comes back short says it ran
+  dry.
 
 **The keyed claim.** ``KeyShares.pick(permits)`` grants slots key by key; ``claim_keyed_jobs`` takes,
 per granted key, up to that many of its due jobs in (priority, run_at, id) order, from the key's

@@ -65,7 +65,7 @@ def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() ->
     with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})):
         wait_until(lambda: done(20), what="A running")
         add_jobs(QUEUE, "B", 40, seconds=0.02)
-        b_committed = Job.objects.filter(queue=QUEUE, fair_key="B").earliest("created_at").created_at
+        b_committed = timezone.now()  # just after the commit (created_at is taken before the insert)
         wait_until(lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists())
     runs = ran(QUEUE)
     first_b = next(r for r in runs if r.key == "B")
@@ -118,3 +118,22 @@ def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog() -> None:
     runs = ran(QUEUE)
     position = next(i for i, r in enumerate(runs) if r.id == old)
     assert position < len(backlog) // 2, position  # never aged, it would have run last
+
+
+@pytest.mark.django_db
+def test_run_jobs__honours_a_cap_counted_from_the_running_rows() -> None:
+    """A key with its cap running elsewhere waits; another key's jobs run; once the running attempt
+    ends, the waiting key's jobs run, one at a time."""
+    from awa_django.testing import run_jobs
+
+    FairKey.objects.create(queue=QUEUE, key="capped", max_running=1)
+    (elsewhere,) = add_jobs(QUEUE, "capped", 1, kind="noop")
+    Job.objects.filter(pk=elsewhere).update(state="running", attempted_at=timezone.now())
+    waiting = add_jobs(QUEUE, "capped", 2, kind="noop")
+    free = add_jobs(QUEUE, "free", 2, kind="noop")
+    report = run_jobs(queue=QUEUE)
+    assert sorted(run.job_id for run in report) == sorted(free)
+    assert set(Job.objects.filter(pk__in=waiting).values_list("state", flat=True)) == {"available"}
+    Job.objects.filter(pk=elsewhere).update(state="completed", finalized_at=timezone.now())
+    report = run_jobs(queue=QUEUE)
+    assert sorted(run.job_id for run in report) == sorted(waiting)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from awa_django.models import FairKey, Job, Queue, WorkerInstance
 from tests.harness import wait_until
@@ -54,7 +55,7 @@ def test_processes__flood_and_newcomer__newcomer_served_promptly_then_half(spawn
     add_jobs(QUEUE, "A", 1000, seconds=0.05)
     wait_until(lambda: drained(workers, 40), timeout=60, interval=0.05, what="A under way")
     add_jobs(QUEUE, "B", 50, seconds=0.05)
-    b_committed = Job.objects.filter(queue=QUEUE, fair_key="B").earliest("created_at").created_at
+    b_committed = timezone.now()  # just after the commit (created_at is taken before the insert)
     wait_until(
         lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists(),
         timeout=60,
