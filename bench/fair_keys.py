@@ -68,14 +68,14 @@ class _Worker:
         from awa_django.registry import JobHandler, Registry
         from awa_django.worker import QueueConfig, Worker, WorkerConfig
 
-        async def noop() -> None:
+        async def noop(ms: int = 0) -> None:
             return None
 
         async def sleep(ms: int) -> None:
             await asyncio.sleep(ms / 1000)
 
         registry = Registry()
-        registry.register(JobHandler(NOOP_KIND, lambda **_: noop()))
+        registry.register(JobHandler(NOOP_KIND, noop))
         registry.register(JobHandler(SLEEP_KIND, sleep))
         config = WorkerConfig(
             queues={QUEUE: QueueConfig(QUEUE, max_workers=slots)},
@@ -116,6 +116,9 @@ def _wait_done(n: int, timeout: float = 600.0) -> None:
 
     deadline = time.monotonic() + timeout
     while Job.objects.filter(queue=QUEUE, state="completed").count() < n:
+        failed = Job.objects.filter(queue=QUEUE, state="failed").first()
+        if failed is not None:
+            raise SystemExit(f"a bench job failed: {failed.errors}")
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {n} jobs")
         time.sleep(0.2)

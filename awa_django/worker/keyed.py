@@ -191,6 +191,28 @@ class KeyedClaims:
 
     # --- the claim -------------------------------------------------------------------------
 
+    def hand_over_params(self, slots: int, deadline: float | None) -> dict[str, Any] | None:
+        """The writer's hand-over claim for ``slots`` freed slots (completer.py): the grants and
+        claim_keyed_jobs' parameters, or None (nothing to grant, or a capped key, whose claim
+        needs its lock and count first). ``settle_hand_over`` takes its answer."""
+        if self.settings.capped:
+            return None
+        grants = self.shares.pick(slots)
+        if not grants:
+            return None
+        params = self._claim_params(grants, deadline)
+        params["grants"] = grants
+        return params
+
+    def settle_hand_over(self, params: dict[str, Any], jobs: Sequence[ClaimedJob], *, claim_ran: bool) -> None:
+        grants: dict[str, int] = params["grants"]
+        if claim_ran:
+            self._settle(grants, grants, jobs)
+            return
+        for key, granted in grants.items():
+            self.shares.returned(key, granted, 0, dry=False)
+        self.shares.unblock(list(grants))
+
     async def claim(self, pool: AsyncConnectionPool, slots: int, deadline: float | None) -> list[ClaimedJob]:
         """Grant up to ``slots`` slots by key and claim them; each key's outcome goes back to the
         allocator. Returns the claimed jobs (at most ``slots``)."""
@@ -210,6 +232,12 @@ class KeyedClaims:
                 self.shares.returned(key, granted, 0, dry=False)
             self.shares.unblock(list(grants))
             raise
+        self._settle(grants, allowed, jobs)
+        return jobs
+
+    def _settle(self, grants: dict[str, int], allowed: dict[str, int], jobs: Sequence[ClaimedJob]) -> None:
+        """A claim for ``grants`` (``allowed``: what the caps let it take) returned ``jobs``: move
+        the key cursors, give back each key's unfilled grants (dry, or held back by its cap)."""
         self.claims += 1
         claimed: dict[str, int] = {}
         for job in jobs:
@@ -230,7 +258,6 @@ class KeyedClaims:
             if not dry:
                 self.blocked.add(key)
             self.shares.returned(key, granted, got, dry=dry)
-        return jobs
 
     async def _claim_capped(
         self, pool: AsyncConnectionPool, counts: dict[str, int], capped: list[str], deadline: float | None
@@ -252,12 +279,10 @@ class KeyedClaims:
             jobs = await self._run_claim(pool, conn, wanted, deadline) if wanted else []
         return jobs, allowed
 
-    async def _run_claim(
-        self, pool: AsyncConnectionPool, conn: Any, counts: dict[str, int], deadline: float | None
-    ) -> list[ClaimedJob]:
+    def _claim_params(self, counts: dict[str, int], deadline: float | None) -> dict[str, Any]:
         keys = list(counts)
         starts = [self.cursors.get(key) for key in keys]
-        params = {
+        return {
             "queue": self.queue,
             "keys": keys,
             "counts": [counts[key] for key in keys],
@@ -266,6 +291,11 @@ class KeyedClaims:
             "after_id": [None if s is None else s[2] for s in starts],
             "deadline": None if deadline is None else timedelta(seconds=deadline),
         }
+
+    async def _run_claim(
+        self, pool: AsyncConnectionPool, conn: Any, counts: dict[str, int], deadline: float | None
+    ) -> list[ClaimedJob]:
+        params = self._claim_params(counts, deadline)
         if conn is not None:
             async with conn.cursor(row_factory=claimed_job_row) as cur:
                 await cur.execute(statements["claim_keyed_jobs"], params)
@@ -277,20 +307,51 @@ class KeyedClaims:
     # --- attempts --------------------------------------------------------------------------
 
     def permits(self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit], ended: Callable[[], None]) -> list[Permit]:
-        """Each job's permit, wrapped so that its release also reports the attempt's end to the
-        allocator (``finished``), then calls ``ended``."""
+        """Each job's permit, as a ``KeyedPermit`` whose release also reports the attempt's end to
+        the allocator (``finished``), then calls ``ended``. A ``KeyedPermit`` handed over (its
+        previous attempt already reported) is bound to its new job."""
         now = time.monotonic()
-        return [self._wrap(job.fair_key, permit, now, ended) for job, permit in zip(jobs, permits, strict=False)]
+        bound: list[Permit] = []
+        for job, permit in zip(jobs, permits, strict=False):
+            if isinstance(permit, KeyedPermit):
+                permit.bind(job.fair_key, now)
+                bound.append(permit)
+            else:
+                bound.append(KeyedPermit(permit, self, job.fair_key, now, ended))
+        return bound
 
-    def _wrap(self, key: str, permit: Permit, started: float, ended: Callable[[], None]) -> Permit:
-        def give_back() -> None:
-            try:
-                permit.release()
-            finally:
-                self.shares.finished(key, time.monotonic() - started)
-                ended()
+    def attempt_ended(self, key: str, seconds: float) -> None:
+        self.shares.finished(key, seconds)
 
-        return Permit(permit.queue, permit.kind, give_back)
+
+class KeyedPermit(Permit):
+    """A keyed attempt's permit: releasing it releases the slot and reports the attempt's end
+    (its key, how long it held the slot). Handed over by the writer to the queue's next job, it
+    reports the end at once (``hand_over``) and is bound to the new job (``bind``)."""
+
+    def __init__(self, inner: Permit, claims: KeyedClaims, key: str, started: float, ended: Callable[[], None]) -> None:
+        super().__init__(inner.queue, inner.kind, self._end)
+        self._inner = inner
+        self._claims = claims
+        self._key: str | None = key
+        self._started = started
+        self._ended = ended
+
+    def hand_over(self) -> None:
+        """The attempt ended; the slot passes straight to a next job of the queue."""
+        key, self._key = self._key, None
+        if key is not None:
+            self._claims.attempt_ended(key, time.monotonic() - self._started)
+
+    def bind(self, key: str, started: float) -> None:
+        self._key, self._started = key, started
+
+    def _end(self) -> None:
+        try:
+            self._inner.release()
+        finally:
+            self.hand_over()
+            self._ended()
 
 
 def first_key_other_than_default(jobs: Sequence[ClaimedJob]) -> str | None:

@@ -54,7 +54,7 @@ from awa_django.worker.completer import HandOverClaim
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob, claimed_job_row
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
-from awa_django.worker.keyed import KeyedClaims, first_key_other_than_default
+from awa_django.worker.keyed import KeyedClaims, KeyedPermit, first_key_other_than_default
 from awa_django.worker.lanes import Key, LaneCursors
 from awa_django.worker.stop import Stop
 
@@ -220,8 +220,10 @@ class QueueRunner:
     def plan_hand_over(self, permits: list[Permit], now: float) -> HandOverClaim | None:
         """Which of these freed permits this queue keeps for its next jobs (within the allocator's
         rules and its rate tokens), and the claim to fill them; None: they all go back."""
-        if self._config.paused or not self._hungry or self._keyed is not None:
-            return None  # an idle or paused queue: nothing to claim; a keyed one claims by key itself
+        if self._config.paused or not self._hungry:
+            return None  # an idle or paused queue: nothing to claim
+        if self._keyed is not None:
+            return self._plan_keyed_hand_over(self._keyed, permits)
         kept = self._runners.allocator.keepable(self.name, permits)
         if self._bucket is not None and kept:
             kept = kept[: self._bucket.take(len(kept), now)]
@@ -233,9 +235,30 @@ class QueueRunner:
         self._hand_over_out = params
         return HandOverClaim(kept, params)
 
+    def _plan_keyed_hand_over(self, keyed: KeyedClaims, permits: list[Permit]) -> HandOverClaim | None:
+        """The keyed hand-over: the kept permits' attempts end now (their keys told), and the slots
+        go to what ``KeyShares`` grants, claimed by claim_keyed_jobs after the writes. None for a
+        rate-limited queue or a queue with caps (their claims run in the runner)."""
+        if self._bucket is not None or keyed.settings.capped:
+            return None
+        kept = [p for p in self._runners.allocator.keepable(self.name, permits) if isinstance(p, KeyedPermit)]
+        if not kept:
+            return None
+        for permit in kept:
+            permit.hand_over()
+        params = keyed.hand_over_params(len(kept), self._config.deadline)
+        if params is None:
+            return None
+        params["nudges"] = self._nudges
+        used: list[Permit] = [*kept[: sum(params["grants"].values())]]
+        return HandOverClaim(used, params, "claim_keyed_jobs")
+
     def adopt(self, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
         """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was
         refused): start them on the claim's permits, give back the rest."""
+        if claim.statement == "claim_keyed_jobs" and self._keyed is not None:
+            self._adopt_keyed(self._keyed, jobs, claim, claim_ran=claim_ran)
+            return
         params, self._hand_over_out = self._hand_over_out, None
         if params is not None:
             if claim_ran:
@@ -252,6 +275,20 @@ class QueueRunner:
             self.nudge()  # the claim never ran: the queue may still have jobs, let it claim itself
         else:
             self._ran_dry(params["nudges"] if params is not None else self._nudges)
+
+    def _adopt_keyed(
+        self, keyed: KeyedClaims, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool
+    ) -> None:
+        keyed.settle_hand_over(claim.params, jobs, claim_ran=claim_ran)
+        self._start(jobs, claim.permits)
+        unfilled = claim.permits[len(jobs) :]
+        if unfilled:
+            self._give_back(unfilled)
+        if not claim_ran:
+            self.nudge()
+        elif keyed.shares.has_eligible():
+            self._hungry = True
+            self._wake.set()
 
     # --- the loop -----------------------------------------------------------------------
 
