@@ -191,9 +191,13 @@ def run_key_scenarios() -> list[str]:
         total = sum(jobs for _, _, jobs in scenario.keys.values())
         try:
             with transaction.atomic():
-                for key, (_, _, jobs) in scenario.keys.items():
-                    if key != scenario.late:
-                        add_jobs(QUEUE, key, jobs, kind=SLEEP_KIND, seconds=0)
+                # Interleaved by key: the worker's first claim, before it has seen a key, is in
+                # plain (priority, run_at, id) order, and takes the first jobs whatever their keys.
+                early = [(key, jobs) for key, (_, _, jobs) in scenario.keys.items() if key != scenario.late]
+                for round_ in range(max(jobs for _, jobs in early)):
+                    for key, jobs in early:
+                        if round_ < jobs:
+                            add_jobs(QUEUE, key, 1, kind=SLEEP_KIND, seconds=0)
                 Job.objects.filter(queue=QUEUE).update(args={"ms": scenario.job_ms})
             if scenario.late is not None:
                 time.sleep(1.0)  # the others hold every slot by now
