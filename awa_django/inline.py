@@ -122,8 +122,11 @@ def _run_immediately(alias: str, job_ids: list[int]) -> None:
                 logger.info("immediate mode left job waiting job_id=%s (its upstream jobs have not ended)", job_id)
                 continue
             if not claimed:
-                # Scheduled for later, its queue paused, or already taken: a worker runs it when due.
-                logger.info("immediate mode left job waiting job_id=%s (not due, queue paused or taken)", job_id)
+                # Scheduled for later, its queue paused, its fair key at its cap, or already taken: a worker runs it.
+                logger.info(
+                    "immediate mode left job waiting job_id=%s (not due, queue paused, fair key at its cap, or taken)",
+                    job_id,
+                )
                 continue
             run = run_claimed(job_alias, claimed[0])
             waited.clear()

@@ -1,8 +1,10 @@
 """Fairness of the weighted pool, measured on a real worker and a real Postgres.
 
-    python bench/fairness.py
+    python bench/fairness.py [--keys-only | --queues-only]
 
-Five scenarios, each on a fresh worker, printed as one table (ideal, measured, error):
+Five queue scenarios, each on a fresh worker, printed as one table (ideal, measured, error), then
+the fair-key scenarios of bench/fair_keys.py (one queue's slots among its keys: flood plus
+newcomer, weights 1:2:5, a cap beside an uncapped key, 100 equal keys), measured from the rows:
 
 * A (min_workers 2, weight 3) and B (min_workers 2, weight 1), global maximum 24: the overflow
   pool of 20 splits 15:5, so the ideal running split is 17:7. A is loaded alone first and takes
@@ -337,6 +339,8 @@ def run_scenario(scenario: Scenario) -> Outcome:
 
 def main() -> int:
     _setup_django()
+    if "--keys-only" in sys.argv:
+        return _print_key_scenarios()
     outcomes = [run_scenario(scenario) for scenario in SCENARIOS]
     print("| scenario | queue | ideal running | measured | error | first job after commit |")
     print("|---|---|---:|---:|---:|---:|")
@@ -355,7 +359,17 @@ def main() -> int:
         if outcome.peak > scenario.global_max:
             print(f"ERROR: {outcome.peak} jobs ran at once in {scenario.title!r}, above {scenario.global_max}")
             failed = True
+    if "--queues-only" not in sys.argv:
+        print()
+        _print_key_scenarios()
     return 1 if failed else 0
+
+
+def _print_key_scenarios() -> int:
+    from bench.fair_keys import run_key_scenarios
+
+    print("\n".join(run_key_scenarios()))
+    return 0
 
 
 if __name__ == "__main__":

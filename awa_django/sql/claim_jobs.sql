@@ -37,7 +37,8 @@
 --   attempt must match.
 -- Returns the ClaimedJob fields: run_at (where the lane cursor moves to), then the seconds the job
 --   waited from due (run_at) to this claim, by the database's clock (the wait-time metric), then
---   the row's timeout in seconds (NULL: the queue's deadline applies).
+--   the row's timeout in seconds (NULL: the queue's deadline applies), then its fair key (a keyless
+--   runner that sees a key other than '' starts sharing its slots by key, worker/keyed.py).
 WITH picked AS (
     SELECT id FROM (
         SELECT id FROM (
@@ -109,4 +110,4 @@ SET state = 'running',
     deadline_at = now() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout
+    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key

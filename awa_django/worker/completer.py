@@ -62,10 +62,12 @@ WRITE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, UnicodeError, Va
 
 @dataclass(frozen=True, slots=True)
 class HandOverClaim:
-    """Permits a queue's runner keeps for its next jobs, and the claim_jobs parameters to fill them."""
+    """Permits a queue's runner keeps for its next jobs, and the claim's parameters to fill them
+    (``statement``: claim_jobs, or claim_keyed_jobs for a queue sharing its slots by fair key)."""
 
     permits: list[Permit]
     params: dict[str, Any]
+    statement: str = "claim_jobs"
 
 
 class HandOver(Protocol):
@@ -350,7 +352,7 @@ class Completer:
                     cursors.append(await conn.execute(statements[name], params))
                 for queue, claim in plan.items():
                     cursor = conn.cursor(row_factory=claimed_job_row)
-                    claims[queue] = await cursor.execute(statements["claim_jobs"], claim.params)
+                    claims[queue] = await cursor.execute(statements[claim.statement], claim.params)
             written = {row[0] for cursor in cursors for row in await cursor.fetchall()}
             claimed = {queue: await cursor.fetchall() for queue, cursor in claims.items()}
         return written, claimed

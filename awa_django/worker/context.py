@@ -31,6 +31,7 @@ class ClaimedJob:
     waited: float | None = None
     # The kind's @job(timeout=) stored on the row, in seconds: the attempt's deadline instead of the queue's.
     timeout: float | None = None
+    fair_key: str = ""  # the row's fair key ('' is the default key)
 
 
 class _Described(Protocol):

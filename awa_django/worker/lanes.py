@@ -183,6 +183,15 @@ class LaneCursors:
             if key is not None and (current is None or key > current):
                 self._cursor[lane] = key
 
+    def move_to(self, priority: int, key: Key) -> None:
+        """Start the lane's next scan after ``key``, if that is past its cursor: a keyed runner's
+        discovery cursors skip to the lanes' ends, what lies before them being found key by key
+        (worker/keyed.py)."""
+        lane = priority - 1
+        current = self._cursor[lane]
+        if current is None or key > current:
+            self._cursor[lane] = key
+
     def cursor(self, priority: int) -> Key | None:
         return self._cursor[priority - 1]
 

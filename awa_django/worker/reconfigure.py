@@ -6,6 +6,11 @@ at start (``Allocator.reconfigure`` validates them); otherwise the last good one
 refusal is logged once, with the rule it broke. A worker started with ``-q`` keeps to its queues;
 otherwise a queue that appears in the table is served from then on. The new settings replace
 ``Runtime.config``; each queue's runner takes its own (``Runners.apply``).
+
+Each tick also re-reads the served queues' fair-key settings (``read_key_settings``: the queue's
+key defaults and its ``FairKey`` rows, one query) and hands them to the runners
+(``Runners.apply_keys``), every tick: a key held back by a cap that another worker held is looked
+at again then.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 
 from psycopg.rows import dict_row
 
+from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
 from awa_django.exceptions import ConfigurationError
 from awa_django.sql import statements
 from awa_django.worker.config import QueueConfig
@@ -52,7 +58,17 @@ class Reconfigurer:
         async with self.runtime.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(statements["read_queues"])
             rows = {row["name"]: QueueConfig.from_row(row) for row in await cursor.fetchall()}
-        return self.apply_queue_rows(rows)
+        changed = self.apply_queue_rows(rows)
+        self.runtime.runners.apply_keys(await self.read_key_settings())
+        return changed
+
+    async def read_key_settings(self) -> dict[str, QueueKeySettings]:
+        """The fair-key settings in force of every queue this worker serves."""
+        names = list(self.runtime.config.queues)
+        async with self.runtime.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["read_key_settings"], {"queues": names})
+            rows = await cursor.fetchall()
+        return settings_from_rows(names, rows)
 
     def apply_queue_rows(self, rows: dict[str, QueueConfig]) -> bool:
         """Apply new Queue settings if they pass the rules; otherwise keep the last good ones."""

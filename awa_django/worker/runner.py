@@ -10,7 +10,11 @@ backlog probe. Every rule of that life is written once, in one method:
 - ``plan_hand_over`` / ``adopt``: the permits of finished jobs the writer may pass straight to
   this queue's next jobs, and what becomes of them once that claim returned;
 - ``found_behind``: a lane rewind (``lanes.LaneCursors``): the look-behind saw a due job behind
-  a lane's cursor, so the next claim goes back for it.
+  a lane's cursor, so the next claim goes back for it;
+- ``_poll_keyed``: once the queue shares its slots by fair key (its key settings give a key a cap
+  or a weight of its own, or a claim returned a job with a key other than the default), the
+  claims go through ``keyed.KeyedClaims``: discovery of the keys with due jobs, the keyed claim,
+  exact caps. Until then the claim is claim_jobs, unchanged.
 
 Other modules ask a runner, through ``Runners`` (by queue name), and never write its state.
 
@@ -40,14 +44,17 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
+from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
 from awa_django.sql import statements
 from awa_django.worker.completer import HandOverClaim
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob, claimed_job_row
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
+from awa_django.worker.keyed import KeyedClaims, KeyedPermit, first_key_other_than_default
 from awa_django.worker.lanes import Key, LaneCursors
 from awa_django.worker.stop import Stop
 
@@ -76,6 +83,10 @@ class QueueRunner:
         # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
         self._lanes = LaneCursors()
         self._hand_over_out: dict[str, Any] | None = None  # the hand-over claim's parameters, until it answers
+        # The queue's fair-key settings (None until read, before its first claim), and its keyed
+        # claims once it shares its slots by key (None: claim_jobs, as if keys did not exist).
+        self._key_settings: QueueKeySettings | None = None
+        self._keyed: KeyedClaims | None = None
         self._configure(config)
 
     # --- what others may read ---------------------------------------------------------
@@ -107,6 +118,11 @@ class QueueRunner:
         return self._lanes.rewinds
 
     @property
+    def keyed(self) -> KeyedClaims | None:
+        """The keyed claims, once the queue shares its slots by fair key (None until then)."""
+        return self._keyed
+
+    @property
     def wanted(self) -> int:
         """How many permits to ask for: the most this queue could ever run at once here."""
         runners = self._runners
@@ -122,6 +138,8 @@ class QueueRunner:
         """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""
         self._nudges += 1
         self._hungry = True
+        if self._keyed is not None:
+            self._keyed.arrivals_pending = True
         self._wake.set()
 
     def wake(self) -> None:
@@ -133,6 +151,21 @@ class QueueRunner:
         it may have been unpaused, so look for jobs."""
         self._configure(config)
         self.nudge()
+
+    def apply_keys(self, settings: QueueKeySettings) -> None:
+        """Take the queue's fair-key settings (re-read on every reload tick): a cap or a key weight
+        of its own starts keyed claiming; a keyed queue takes the new weights and caps, and its
+        keys held back by a cap elsewhere are looked at again."""
+        self._key_settings = settings
+        keyed = self._keyed
+        if keyed is None:
+            if settings.keyed:
+                self._become_keyed()
+            return
+        keyed.configure(settings)
+        if keyed.shares.has_eligible() and not self._config.paused:
+            self._hungry = True
+            self._wake.set()
 
     def set_rate_share(self, rate: float) -> None:
         """Scope "cluster": this worker's part of the queue's rate limit, as the leader split it."""
@@ -166,6 +199,7 @@ class QueueRunner:
                 self.nudge()
         elif (
             self._hungry
+            and self._keyed is None  # keyed: the probe sees only arrivals; the keyed claim decides
             and self._runners.allocator.serves(self.name)
             and not self._runners.allocator.in_flight(self.name)
         ):
@@ -188,6 +222,8 @@ class QueueRunner:
         rules and its rate tokens), and the claim to fill them; None: they all go back."""
         if self._config.paused or not self._hungry:
             return None  # an idle or paused queue: nothing to claim
+        if self._keyed is not None:
+            return self._plan_keyed_hand_over(self._keyed, permits)
         kept = self._runners.allocator.keepable(self.name, permits)
         if self._bucket is not None and kept:
             kept = kept[: self._bucket.take(len(kept), now)]
@@ -199,9 +235,30 @@ class QueueRunner:
         self._hand_over_out = params
         return HandOverClaim(kept, params)
 
+    def _plan_keyed_hand_over(self, keyed: KeyedClaims, permits: list[Permit]) -> HandOverClaim | None:
+        """The keyed hand-over: the kept permits' attempts end now (their keys told), and the slots
+        go to what ``KeyShares`` grants, claimed by claim_keyed_jobs after the writes. None for a
+        rate-limited queue or a queue with caps (their claims run in the runner)."""
+        if self._bucket is not None or keyed.settings.capped:
+            return None
+        kept = [p for p in self._runners.allocator.keepable(self.name, permits) if isinstance(p, KeyedPermit)]
+        if not kept:
+            return None
+        for permit in kept:
+            permit.hand_over()
+        params = keyed.hand_over_params(len(kept), self._config.deadline)
+        if params is None:
+            return None
+        params["nudges"] = self._nudges
+        used: list[Permit] = [*kept[: sum(params["grants"].values())]]
+        return HandOverClaim(used, params, "claim_keyed_jobs")
+
     def adopt(self, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
         """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was
         refused): start them on the claim's permits, give back the rest."""
+        if claim.statement == "claim_keyed_jobs" and self._keyed is not None:
+            self._adopt_keyed(self._keyed, jobs, claim, claim_ran=claim_ran)
+            return
         params, self._hand_over_out = self._hand_over_out, None
         if params is not None:
             if claim_ran:
@@ -209,6 +266,7 @@ class QueueRunner:
             else:
                 self._lanes.claim_failed(params)
         self._start(jobs, claim.permits)
+        self._keys_seen(jobs)
         unfilled = claim.permits[len(jobs) :]
         if not unfilled:
             return
@@ -217,6 +275,20 @@ class QueueRunner:
             self.nudge()  # the claim never ran: the queue may still have jobs, let it claim itself
         else:
             self._ran_dry(params["nudges"] if params is not None else self._nudges)
+
+    def _adopt_keyed(
+        self, keyed: KeyedClaims, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool
+    ) -> None:
+        keyed.settle_hand_over(claim.params, jobs, claim_ran=claim_ran)
+        self._start(jobs, claim.permits)
+        unfilled = claim.permits[len(jobs) :]
+        if unfilled:
+            self._give_back(unfilled)
+        if not claim_ran:
+            self.nudge()
+        elif keyed.shares.has_eligible():
+            self._hungry = True
+            self._wake.set()
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -255,6 +327,10 @@ class QueueRunner:
             self._hungry = False
             self._stand_down()
             return None
+        if self._key_settings is None:
+            await self._load_key_settings()
+        if self._keyed is not None:
+            return await self._poll_keyed(self._keyed)
         if not self._hungry:
             return None
         # A queue without rate tokens cannot use a slot now: it does not contend meanwhile.
@@ -295,7 +371,82 @@ class QueueRunner:
             )
         # 6. start each job with exactly one permit.
         self._start(jobs, permits)
+        self._keys_seen(jobs)
         return 0 if self._hungry else None
+
+    async def _poll_keyed(self, keyed: KeyedClaims) -> float | None:
+        """The six phases, for a queue sharing its slots by key (worker/keyed.py): discovery
+        first (the sweep when due, arrivals when nudged), then permits, then the keyed claim of
+        what ``KeyShares`` grants. Returns as ``poll_once``; an idle keyed queue still wakes for
+        its next sweep."""
+        pool = self._runners.pool
+        if not keyed.started:
+            await keyed.start(pool, self._lanes)
+            self._hungry = True
+        elif time.monotonic() >= keyed.next_sweep and await keyed.sweep(pool):
+            self._hungry = True
+        if not self._hungry:
+            return keyed.sweep_in(time.monotonic())
+        seen = self._nudges
+        if keyed.arrivals_pending:
+            await keyed.read_arrivals(pool, self._lanes)
+        if not keyed.shares.has_eligible():
+            if not keyed.arrivals_pending:
+                self._ran_dry(seen, own_claim=True)
+            return 0 if self._hungry else keyed.sweep_in(time.monotonic())
+        now = time.monotonic()
+        wanted = self.wanted
+        if self._bucket is not None:
+            tokens = self._bucket.available(now)
+            if tokens == 0:
+                self._stand_down()
+                return max(self._bucket.seconds_until(1, now), 0.001)
+            wanted = min(wanted, tokens)
+        permits = self._runners.allocator.try_acquire(self.name, wanted)
+        if not permits:
+            return keyed.sweep_in(now)  # a permit coming back wakes it sooner
+        if self._bucket is not None:
+            self._bucket.take(len(permits), now)
+        try:
+            jobs = await keyed.claim(pool, len(permits), self._config.deadline)
+        except BaseException:
+            self._give_back(permits)
+            raise
+        if len(jobs) < len(permits):
+            self._give_back(permits[len(jobs) :])
+            if not keyed.shares.has_eligible() and not keyed.arrivals_pending:
+                self._ran_dry(seen, own_claim=True)
+        self._start(jobs, permits)
+        return 0 if self._hungry else keyed.sweep_in(time.monotonic())
+
+    async def _load_key_settings(self) -> None:
+        """Read this queue's fair-key settings before its first claim (a cap must hold from it)."""
+        async with self._runners.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["read_key_settings"], {"queues": [self.name]})
+            rows = await cursor.fetchall()
+        if self._key_settings is None:  # a reload may have answered meanwhile
+            self.apply_keys(settings_from_rows([self.name], rows)[self.name])
+
+    def _keys_seen(self, jobs: Sequence[ClaimedJob]) -> None:
+        """A plain claim returned a job with a key other than the default: share by key from now on."""
+        if self._keyed is None and jobs and first_key_other_than_default(jobs) is not None:
+            logger.info("queue has fair keys, sharing its slots by key queue=%s", self.name)
+            self._become_keyed()
+
+    def _become_keyed(self) -> None:
+        self._keyed = KeyedClaims(self.name, self._key_settings or QueueKeySettings())
+        self.nudge()
+
+    def _attempt_ended(self) -> None:
+        """A keyed attempt ended here: keys held back by a cap may go now, and its key may be
+        eligible again."""
+        keyed = self._keyed
+        if keyed is None:  # pragma: no cover - keyed claiming never stops
+            return
+        keyed.unblock()
+        if keyed.shares.has_eligible() and not self._config.paused:
+            self._hungry = True
+            self._wake.set()
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         params = self._claim_params(limit)
@@ -334,6 +485,8 @@ class QueueRunner:
 
     def _start(self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit]) -> None:
         self._claimed += len(jobs)
+        if self._keyed is not None and jobs:
+            permits = self._keyed.permits(jobs, permits, self._attempt_ended)
         start, deadline = self._runners.start_attempt, self._config.deadline
         for job, permit in zip(jobs, permits, strict=False):
             start(job, permit, deadline)
@@ -449,6 +602,13 @@ class Runners(Mapping[str, QueueRunner]):
         if runner is not None:
             runner.backlog_verdict(ready, seen)
 
+    def apply_keys(self, settings: Mapping[str, QueueKeySettings]) -> None:
+        """Each served queue's fair-key settings, re-read on the reload tick."""
+        for name, queue_settings in settings.items():
+            runner = self._runners.get(name)
+            if runner is not None:
+                runner.apply_keys(queue_settings)
+
     def lane_cursors(self, queue: str) -> list[Key | None]:
         return self._runners[queue].lane_cursors
 
@@ -459,6 +619,7 @@ class Runners(Mapping[str, QueueRunner]):
         return [
             (name, lane, key)
             for name, runner in self._runners.items()
+            if runner._keyed is None  # keyed: its cursors are discovery cursors, swept instead
             for lane, key in enumerate(runner._lanes.live, 1)
             if key is not None
         ]

@@ -247,8 +247,11 @@ class Worker:
             self.config.pool_size,
         )
         try:
+            # Before any claim: a key's cap must hold from the first one.
+            key_settings = await retrying("reading fair-key settings", self.reconfigurer.read_key_settings)
             for queue in self.config.queues.values():
                 runtime.runners.serve(queue)
+            runtime.runners.apply_keys(key_settings)
             self._spawn("awa-completer", self.completer.run())
             self._spawn("awa-listener", self.listener.run())
             self._spawn("awa-heartbeat", self.heartbeat.run())

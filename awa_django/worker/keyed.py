@@ -1,0 +1,362 @@
+"""A queue's claims when its slots are shared by fair key: discovery, the keyed claim, caps.
+
+A ``QueueRunner`` claims through ``KeyedClaims`` once its queue shares its slots by key: when its
+settings give a key a cap or a weight of its own (``QueueKeySettings.keyed``), or when a claim of
+the plain path returns a job with a key other than the default one. Until then the queue keeps
+claim_jobs unchanged: one key has nothing to share.
+
+**Discovery: which keys have due jobs, without scanning keys.** The allocator (``KeyShares``)
+learns of a key's due jobs in two ways:
+
+- *arrivals*: ``find_arrivals`` reads ``(id, priority, run_at, fair_key)`` of the jobs past the
+  runner's lane cursors, which here are discovery cursors (they advance over what was read, not
+  over what was claimed), so each job that becomes available is read once, in arrival order: cost
+  proportional to arrivals, and cheap under an old snapshot for the lane cursors' own reason. A read
+  runs when the runner was nudged (a NOTIFY, the backlog probe seeing jobs past the cursors);
+- *the sweep*: ``find_due_keys`` lists the keys with a due job (and each one's first), one index
+  descent per key, for what lies behind the discovery cursors (the backlog there when keyed
+  claiming starts, promotions, retries, releases, aged priorities, late commits). It runs at once
+  when keyed claiming starts (the cursors then jump to the lanes' ends, ``find_lane_ends``), then
+  every ``SWEEP_EVERY`` seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart.
+  A key it finds that the allocator has no backlog for is offered with an unknown count
+  (``UNKNOWN_BACKLOG``): a key's backlog is a hint, the claim that comes back short says it ran
+  dry.
+
+**The keyed claim.** ``KeyShares.pick(permits)`` grants slots key by key; ``claim_keyed_jobs`` takes,
+per granted key, up to that many of its due jobs in (priority, run_at, id) order, from the key's
+own cursor (the last job it claimed; none: the key's front), in one statement. A key whose claim
+came back short ran dry (``returned``); its cursor stays (the ``KEY_CURSORS`` most recently used are
+kept). A due job seen behind a key's cursor
+(an arrival read, or the first due job of the key the sweep returns) moves the cursor back to it,
+so nothing waits behind a key's cursor longer than a sweep interval, and a key's claims, like the
+lanes', never walk the dead entries its claimed jobs left behind.
+
+**Caps, exact across every worker.** When a grant holds capped keys, the claim runs in one
+transaction: ``lock_fair_keys`` takes each capped key's advisory lock (sorted: no deadlock), then
+``count_running_keys`` reads their running rows in a new snapshot, and the claim takes at most
+``cap - running`` of each. Claims of one capped key therefore run one at a time across the cluster,
+each seeing every one before it. A key short because of its cap waits (``returned(dry=False)``) until
+an attempt of this queue ends here or the next settings reload (``unblock``).
+
+Attempts claimed here hold a permit wrapped so that its release also tells the allocator the
+attempt ended and how long it held its slot (``KeyShares.finished``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg.rows import class_row, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django.concurrency import Permit
+from awa_django.concurrency.keyconfig import QueueKeySettings
+from awa_django.concurrency.keys import KeyShares
+from awa_django.sql import statements
+from awa_django.worker.context import ClaimedJob, claimed_job_row
+from awa_django.worker.lanes import LaneCursors
+
+logger = logging.getLogger(__name__)
+
+ARRIVALS_LIMIT = 1000  # rows one find_arrivals reads; a full read is followed by another
+SWEEP_EVERY = 1.0  # seconds, at least ...
+SWEEP_COST_FACTOR = 20.0  # ... and this many times the last sweep's duration apart
+SWEEP_LIMIT = 100_000  # keys one sweep returns at most
+UNKNOWN_BACKLOG = 1 << 30  # a key found by the sweep: it has due jobs, how many is not known
+KEY_CURSORS = 10_000  # key cursors kept (most recently used); a key without one scans from its front
+
+KeyCursor = tuple[int, datetime, int]  # (priority, run_at, id) of a key's last claimed job
+
+
+class Arrival:
+    """A find_arrivals row, as the lane cursors read it (id, priority, run_at) plus its key."""
+
+    __slots__ = ("fair_key", "id", "priority", "run_at")
+
+    def __init__(self, id: int, priority: int, run_at: datetime, fair_key: str) -> None:
+        self.id, self.priority, self.run_at, self.fair_key = id, priority, run_at, fair_key
+
+
+class KeyedClaims:
+    """One queue's keyed claim state: the allocator among its keys, key cursors, discovery timing."""
+
+    def __init__(self, queue: str, settings: QueueKeySettings) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.shares = KeyShares(
+            default_weight=settings.default_weight,
+            default_cap=settings.default_max_running,
+            weights=settings.weights(),
+            caps=settings.caps(),
+        )
+        self.cursors: OrderedDict[str, KeyCursor] = OrderedDict()
+        self.blocked: set[str] = set()  # keys held back by a cap another worker holds
+        self.arrivals_pending = True  # read arrivals before the next claim
+        self.started = False  # the discovery cursors were moved to the lanes' ends, the first sweep ran
+        self.next_sweep = 0.0  # time.monotonic() the next sweep is due
+        self.sweeps = 0
+        self.claims = 0
+        self.capped_claims = 0
+
+    # --- settings ----------------------------------------------------------------------
+
+    def configure(self, settings: QueueKeySettings) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self.shares.configure(
+                default_weight=settings.default_weight,
+                default_cap=settings.default_max_running,
+                weights=settings.weights(),
+                caps=settings.caps(),
+            )
+        self.unblock()  # a cap another worker held may have been freed meanwhile
+
+    def unblock(self) -> None:
+        """Let the keys held back by a cap be picked again (their next claim counts again)."""
+        if self.blocked:
+            self.shares.unblock(self.blocked)
+            self.blocked.clear()
+
+    # --- discovery ---------------------------------------------------------------------
+
+    def sweep_in(self, now: float) -> float:
+        """Seconds until the next sweep is due (at least a millisecond)."""
+        return max(self.next_sweep - now, 0.001)
+
+    async def start(self, pool: AsyncConnectionPool, lanes: LaneCursors) -> None:
+        """Keyed claiming begins: the discovery cursors move to the lanes' ends (what lies before
+        them is found key by key), then the first sweep."""
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["find_lane_ends"], {"queue": self.queue})
+            ends = await cursor.fetchall()
+        for end in ends:
+            lanes.move_to(int(end["priority"]), (end["run_at"], int(end["id"])))
+        await self.sweep(pool)
+        self.started = True
+
+    async def sweep(self, pool: AsyncConnectionPool) -> int:
+        """One find_due_keys: offer each due key the allocator has no backlog for, and move a key's
+        cursor back to its first due job if that lies behind it. Returns how many keys were offered."""
+        started = time.monotonic()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(statements["find_due_keys"], {"queue": self.queue, "limit": SWEEP_LIMIT})
+            firsts = [Arrival(**row) for row in await cursor.fetchall()]
+        took = time.monotonic() - started
+        self.next_sweep = started + max(SWEEP_EVERY, SWEEP_COST_FACTOR * took)
+        self.sweeps += 1
+        offered = 0
+        shares = self.shares
+        for first in firsts:
+            key = first.fair_key
+            self._behind(first)
+            if shares.backlog(key) == 0:
+                shares.offer(key, UNKNOWN_BACKLOG)
+                offered += 1
+        if offered:
+            logger.debug("key sweep queue=%s keys=%d offered=%d seconds=%.3f", self.queue, len(firsts), offered, took)
+        return offered
+
+    async def read_arrivals(self, pool: AsyncConnectionPool, lanes: LaneCursors) -> int:
+        """One find_arrivals past the discovery cursors: each job read is offered to its key, and
+        moves its key's cursor back if it lies behind it. Returns the rows read."""
+        params: dict[str, Any] = {"queue": self.queue, "limit": ARRIVALS_LIMIT, **lanes.params()}
+        try:
+            async with pool.connection() as conn, conn.cursor(row_factory=class_row(Arrival)) as cursor:
+                await cursor.execute(statements["find_arrivals"], params)
+                rows = await cursor.fetchall()
+        except BaseException:
+            lanes.claim_failed(params)
+            raise
+        lanes.advance(rows, params)
+        self.arrivals_pending = len(rows) >= ARRIVALS_LIMIT
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.fair_key] = counts.get(row.fair_key, 0) + 1
+            self._behind(row)
+        shares = self.shares
+        for key, n in counts.items():
+            shares.offer(key, n)
+        return len(rows)
+
+    def _behind(self, job: Arrival) -> None:
+        """A due job seen: if it lies behind its key's cursor, the key's next claim starts at it."""
+        cursor_at = self.cursors.get(job.fair_key)
+        if cursor_at is not None and (job.priority, job.run_at, job.id) <= cursor_at:
+            self.cursors[job.fair_key] = (job.priority, job.run_at, job.id - 1)
+
+    # --- the claim -------------------------------------------------------------------------
+
+    def hand_over_params(self, slots: int, deadline: float | None) -> dict[str, Any] | None:
+        """The writer's hand-over claim for ``slots`` freed slots (completer.py): the grants and
+        claim_keyed_jobs' parameters, or None (nothing to grant, or a capped key, whose claim
+        needs its lock and count first). ``settle_hand_over`` takes its answer."""
+        if self.settings.capped:
+            return None
+        grants = self.shares.pick(slots)
+        if not grants:
+            return None
+        params = self._claim_params(grants, deadline)
+        params["grants"] = grants
+        return params
+
+    def settle_hand_over(self, params: dict[str, Any], jobs: Sequence[ClaimedJob], *, claim_ran: bool) -> None:
+        grants: dict[str, int] = params["grants"]
+        if claim_ran:
+            self._settle(grants, grants, jobs)
+            return
+        for key, granted in grants.items():
+            self.shares.returned(key, granted, 0, dry=False)
+        self.shares.unblock(list(grants))
+
+    async def claim(self, pool: AsyncConnectionPool, slots: int, deadline: float | None) -> list[ClaimedJob]:
+        """Grant up to ``slots`` slots by key and claim them; each key's outcome goes back to the
+        allocator. Returns the claimed jobs (at most ``slots``)."""
+        grants = self.shares.pick(slots)
+        if not grants:
+            return []
+        settings = self.settings
+        capped = sorted(key for key in grants if settings.max_running(key) is not None)
+        counts = dict(grants)
+        try:
+            if capped:
+                jobs, allowed = await self._claim_capped(pool, counts, capped, deadline)
+            else:
+                jobs, allowed = await self._run_claim(pool, None, counts, deadline), counts
+        except BaseException:
+            for key, granted in grants.items():  # nothing was claimed: give every grant back
+                self.shares.returned(key, granted, 0, dry=False)
+            self.shares.unblock(list(grants))
+            raise
+        self._settle(grants, allowed, jobs)
+        return jobs
+
+    def _settle(self, grants: dict[str, int], allowed: dict[str, int], jobs: Sequence[ClaimedJob]) -> None:
+        """A claim for ``grants`` (``allowed``: what the caps let it take) returned ``jobs``: move
+        the key cursors, give back each key's unfilled grants (dry, or held back by its cap)."""
+        self.claims += 1
+        claimed: dict[str, int] = {}
+        for job in jobs:
+            claimed[job.fair_key] = claimed.get(job.fair_key, 0) + 1
+            assert job.run_at is not None, "claim_keyed_jobs returns run_at"
+            at: KeyCursor = (job.priority, job.run_at, job.id)
+            current = self.cursors.get(job.fair_key)
+            if current is None or at > current:
+                self.cursors[job.fair_key] = at
+                self.cursors.move_to_end(job.fair_key)
+        while len(self.cursors) > KEY_CURSORS:
+            self.cursors.popitem(last=False)
+        for key, granted in grants.items():
+            got = claimed.get(key, 0)
+            if got == granted:
+                continue
+            dry = got < allowed.get(key, 0)  # short of what the cap allowed: no more due jobs
+            if not dry:
+                self.blocked.add(key)
+            self.shares.returned(key, granted, got, dry=dry)
+
+    async def _claim_capped(
+        self, pool: AsyncConnectionPool, counts: dict[str, int], capped: list[str], deadline: float | None
+    ) -> tuple[list[ClaimedJob], dict[str, int]]:
+        """The claim of a grant with capped keys, in the transaction that holds their locks."""
+        self.capped_claims += 1
+        settings = self.settings
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(statements["lock_fair_keys"], {"queue": self.queue, "keys": capped})
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["count_running_keys"], {"queue": self.queue, "keys": capped})
+                running = {row["fair_key"]: int(row["running_count"]) for row in await cursor.fetchall()}
+            allowed = dict(counts)
+            for key in capped:
+                cap = settings.max_running(key)
+                assert cap is not None
+                allowed[key] = max(0, min(counts[key], cap - running.get(key, 0)))
+            wanted = {key: n for key, n in allowed.items() if n > 0}
+            jobs = await self._run_claim(pool, conn, wanted, deadline) if wanted else []
+        return jobs, allowed
+
+    def _claim_params(self, counts: dict[str, int], deadline: float | None) -> dict[str, Any]:
+        keys = list(counts)
+        starts = [self.cursors.get(key) for key in keys]
+        return {
+            "queue": self.queue,
+            "keys": keys,
+            "counts": [counts[key] for key in keys],
+            "after_priority": [None if s is None else s[0] for s in starts],
+            "after_run_at": [None if s is None else s[1] for s in starts],
+            "after_id": [None if s is None else s[2] for s in starts],
+            "deadline": None if deadline is None else timedelta(seconds=deadline),
+        }
+
+    async def _run_claim(
+        self, pool: AsyncConnectionPool, conn: Any, counts: dict[str, int], deadline: float | None
+    ) -> list[ClaimedJob]:
+        params = self._claim_params(counts, deadline)
+        if conn is not None:
+            async with conn.cursor(row_factory=claimed_job_row) as cur:
+                await cur.execute(statements["claim_keyed_jobs"], params)
+                return list(await cur.fetchall())
+        async with pool.connection() as own, own.cursor(row_factory=claimed_job_row) as cur:
+            await cur.execute(statements["claim_keyed_jobs"], params)
+            return list(await cur.fetchall())
+
+    # --- attempts --------------------------------------------------------------------------
+
+    def permits(self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit], ended: Callable[[], None]) -> list[Permit]:
+        """Each job's permit, as a ``KeyedPermit`` whose release also reports the attempt's end to
+        the allocator (``finished``), then calls ``ended``. A ``KeyedPermit`` handed over (its
+        previous attempt already reported) is bound to its new job."""
+        now = time.monotonic()
+        bound: list[Permit] = []
+        for job, permit in zip(jobs, permits, strict=False):
+            if isinstance(permit, KeyedPermit):
+                permit.bind(job.fair_key, now)
+                bound.append(permit)
+            else:
+                bound.append(KeyedPermit(permit, self, job.fair_key, now, ended))
+        return bound
+
+    def attempt_ended(self, key: str, seconds: float) -> None:
+        self.shares.finished(key, seconds)
+
+
+class KeyedPermit(Permit):
+    """A keyed attempt's permit: releasing it releases the slot and reports the attempt's end
+    (its key, how long it held the slot). Handed over by the writer to the queue's next job, it
+    reports the end at once (``hand_over``) and is bound to the new job (``bind``)."""
+
+    def __init__(self, inner: Permit, claims: KeyedClaims, key: str, started: float, ended: Callable[[], None]) -> None:
+        super().__init__(inner.queue, inner.kind, self._end)
+        self._inner = inner
+        self._claims = claims
+        self._key: str | None = key
+        self._started = started
+        self._ended = ended
+
+    def hand_over(self) -> None:
+        """The attempt ended; the slot passes straight to a next job of the queue."""
+        key, self._key = self._key, None
+        if key is not None:
+            self._claims.attempt_ended(key, time.monotonic() - self._started)
+
+    def bind(self, key: str, started: float) -> None:
+        self._key, self._started = key, started
+
+    def _end(self) -> None:
+        try:
+            self._inner.release()
+        finally:
+            self.hand_over()
+            self._ended()
+
+
+def first_key_other_than_default(jobs: Sequence[ClaimedJob]) -> str | None:
+    """The first key other than the default one among claimed jobs (None: all on the default key)."""
+    for job in jobs:
+        if job.fair_key:
+            return job.fair_key
+    return None

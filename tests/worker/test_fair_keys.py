@@ -1,0 +1,141 @@
+"""Fair keys through a real worker on real Postgres: the keyed claim, its discovery, its caps.
+
+Measured from the job rows (tests/worker/fairkeys.py): each attempt's [attempted_at, finalized_at).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from awa_django.concurrency.keyconfig import QueueKeySettings, load_key_settings
+from awa_django.models import FairKey, Job, Queue
+from awa_django.worker import QueueConfig
+from tests.harness import make_config, running_worker, wait_until
+from tests.worker.fairkeys import add_jobs, all_backlogged_until, peak_running, ran, shares
+
+QUEUE = "keyed"
+
+
+def done(n: int) -> bool:
+    return Job.objects.filter(queue=QUEUE, state="completed").count() >= n
+
+
+@pytest.mark.django_db
+def test_load_key_settings__a_null_column_takes_the_queue_default__a_queue_without_a_row_the_defaults() -> None:
+    Queue.objects.create(name=QUEUE, key_weight=3, key_max_running=4)
+    FairKey.objects.create(queue=QUEUE, key="big", weight=5)  # cap: the queue's
+    FairKey.objects.create(queue=QUEUE, key="small", max_running=1)  # weight: the queue's
+    FairKey.objects.create(queue="rowless", key="t", weight=2)
+    settings = load_key_settings([QUEUE, "rowless", "plain"])
+    assert settings[QUEUE] == QueueKeySettings(3, 4, {"big": (5, 4), "small": (3, 1)})
+    assert settings["rowless"] == QueueKeySettings(1, None, {"t": (2, None)})
+    assert settings["plain"] == QueueKeySettings()
+    assert settings[QUEUE].capped and settings[QUEUE].keyed
+    assert not settings["rowless"].capped and settings["rowless"].keyed
+    assert not settings["plain"].keyed
+    assert settings[QUEUE].max_running("other") == 4 and settings[QUEUE].weight("other") == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyless_queue__keeps_the_plain_claim() -> None:
+    add_jobs(QUEUE, "", 30, kind="noop")
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})) as worker:
+        wait_until(lambda: done(30), what="30 jobs done")
+        assert worker.runners[QUEUE].keyed is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lone_key__uses_every_slot_of_its_queue() -> None:
+    add_jobs(QUEUE, "tenant:1", 60, seconds=0.05)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=5)})) as worker:
+        wait_until(lambda: done(60), what="60 jobs done")
+        assert worker.runners[QUEUE].keyed is not None
+    assert peak_running(ran(QUEUE))["tenant:1"] == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() -> None:
+    """Key A floods 4 slots; key B arrives with 40 jobs once A runs: B's first job starts within
+    a few rounds of slot releases, and while both have jobs B holds at least 0.45 of the
+    slot-seconds."""
+    add_jobs(QUEUE, "A", 400, seconds=0.02)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})):
+        wait_until(lambda: done(20), what="A running")
+        add_jobs(QUEUE, "B", 40, seconds=0.02)
+        b_committed = timezone.now()  # just after the commit (created_at is taken before the insert)
+        wait_until(lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists())
+    runs = ran(QUEUE)
+    first_b = next(r for r in runs if r.key == "B")
+    a_started_between = [r for r in runs if r.key == "A" and b_committed <= r.start < first_b.start]
+    # The allocator serves B at the first grant once it knows of B (the claim-path property test);
+    # before that, B's NOTIFY and the runner's read of arrivals: a few rounds of releases at most.
+    assert len(a_started_between) <= 4 * 4, len(a_started_between)
+    until = all_backlogged_until(runs, ["A", "B"])
+    assert shares(runs, first_b.start, until)["B"] >= 0.45
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weights_1_2_5__each_key_holds_its_weighted_share() -> None:
+    Queue.objects.create(name=QUEUE, max_workers=8)
+    for key, weight in (("w1", 1), ("w2", 2), ("w5", 5)):
+        FairKey.objects.create(queue=QUEUE, key=key, weight=weight)
+        add_jobs(QUEUE, key, 60 * weight, seconds=0.03)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=8)})):
+        wait_until(lambda: done(480), timeout=60, what="480 jobs done")
+    runs = ran(QUEUE)
+    since = runs[0].start
+    until = all_backlogged_until(runs, ["w1", "w2", "w5"])
+    got = shares(runs, since, until)
+    for key, ideal in (("w1", 1 / 8), ("w2", 2 / 8), ("w5", 5 / 8)):
+        assert abs(got[key] - ideal) <= 0.05 * ideal, got
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cap__a_capped_key_never_runs_more__the_others_take_the_rest() -> None:
+    Queue.objects.create(name=QUEUE, max_workers=6)
+    FairKey.objects.create(queue=QUEUE, key="capped", max_running=2)
+    add_jobs(QUEUE, "capped", 30, seconds=0.03)
+    add_jobs(QUEUE, "free", 60, seconds=0.03)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=6)})):
+        wait_until(lambda: done(90), timeout=60, what="90 jobs done")
+    peak = peak_running(ran(QUEUE))
+    assert peak["capped"] == 2
+    assert peak["free"] >= 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog() -> None:
+    """Aging rewrites a waiting job's priority: the keyed claim finds it behind its key's cursor
+    (the sweep sees the key's first due job) and takes it before the rest of its key's backlog."""
+    Queue.objects.create(name=QUEUE, max_workers=2, priority_aging=timedelta(seconds=1))
+    backlog = add_jobs(QUEUE, "K", 400, seconds=0.02, priority=2)
+    (old,) = add_jobs(QUEUE, "K", 1, seconds=0.02, priority=4)
+    Job.objects.filter(pk=old).update(run_at=timezone.now() - timedelta(seconds=10))
+    config = {QUEUE: QueueConfig(QUEUE, max_workers=2, priority_aging=1.0)}
+    with running_worker(make_config(config)):
+        wait_until(lambda: done(401), timeout=60, what="401 jobs done")
+    runs = ran(QUEUE)
+    position = next(i for i, r in enumerate(runs) if r.id == old)
+    assert position < len(backlog) // 2, position  # never aged, it would have run last
+
+
+@pytest.mark.django_db
+def test_run_jobs__honours_a_cap_counted_from_the_running_rows() -> None:
+    """A key with its cap running elsewhere waits; another key's jobs run; once the running attempt
+    ends, the waiting key's jobs run, one at a time."""
+    from awa_django.testing import run_jobs
+
+    FairKey.objects.create(queue=QUEUE, key="capped", max_running=1)
+    (elsewhere,) = add_jobs(QUEUE, "capped", 1, kind="noop")
+    Job.objects.filter(pk=elsewhere).update(state="running", attempted_at=timezone.now())
+    waiting = add_jobs(QUEUE, "capped", 2, kind="noop")
+    free = add_jobs(QUEUE, "free", 2, kind="noop")
+    report = run_jobs(queue=QUEUE)
+    assert sorted(run.job_id for run in report) == sorted(free)
+    assert set(Job.objects.filter(pk__in=waiting).values_list("state", flat=True)) == {"available"}
+    Job.objects.filter(pk=elsewhere).update(state="completed", finalized_at=timezone.now())
+    report = run_jobs(queue=QUEUE)
+    assert sorted(run.job_id for run in report) == sorted(waiting)
