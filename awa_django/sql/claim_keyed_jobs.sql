@@ -4,7 +4,8 @@
 -- Parameters: queue (text), keys (text[]), counts (int[]: per key, never more than the permits the
 --   runner holds for it), after_priority (int[]), after_run_at (timestamptz[]) and after_id
 --   (bigint[]): per key, the (priority, run_at, id) its scan starts after (NULLs: the key's front;
---   the runner keeps a cursor per active key), deadline (interval or NULL: the queue's deadline).
+--   the runner keeps a cursor per active key), deadline (interval or NULL: the queue's deadline),
+--   worker (text): the claiming worker's host:pid, stored as attempted_by.
 -- Order: within each key, priority, then run_at, then id: priority orders a key's own jobs and never
 --   reaches across keys.
 -- Index: awa_job_key_available_idx (queue, fair_key, priority, run_at, id) WHERE state = 'available':
@@ -47,6 +48,7 @@ SET state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = statement_timestamp(),
+    attempted_by = %(worker)s::varchar,
     heartbeat_at = statement_timestamp(),
     deadline_at = statement_timestamp() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))

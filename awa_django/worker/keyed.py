@@ -85,8 +85,9 @@ class Arrival:
 class KeyedClaims:
     """One queue's keyed claim state: the allocator among its keys, key cursors, discovery timing."""
 
-    def __init__(self, queue: str, settings: QueueKeySettings) -> None:
+    def __init__(self, queue: str, settings: QueueKeySettings, worker: str = "") -> None:
         self.queue = queue
+        self.worker = worker  # host:pid, stored as the claimed rows' attempted_by
         self.settings = settings
         self.shares = KeyShares(
             default_weight=settings.default_weight,
@@ -290,6 +291,7 @@ class KeyedClaims:
             "after_run_at": [None if s is None else s[1] for s in starts],
             "after_id": [None if s is None else s[2] for s in starts],
             "deadline": None if deadline is None else timedelta(seconds=deadline),
+            "worker": self.worker,
         }
 
     async def _run_claim(

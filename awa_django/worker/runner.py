@@ -434,7 +434,7 @@ class QueueRunner:
             self._become_keyed()
 
     def _become_keyed(self) -> None:
-        self._keyed = KeyedClaims(self.name, self._key_settings or QueueKeySettings())
+        self._keyed = KeyedClaims(self.name, self._key_settings or QueueKeySettings(), self._runners.worker)
         self.nudge()
 
     def _attempt_ended(self) -> None:
