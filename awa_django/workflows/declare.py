@@ -276,7 +276,7 @@ def _write(workflow: Workflow) -> None:
         raise
     from awa_django.inline import after_enqueue  # not at import: loading the models loads no runner
 
-    after_enqueue(alias, [s.id for s in ordered if s.id is not None])
+    after_enqueue(alias, [s.job_id for s in ordered if s.job_id is not None])
     notices.after_enqueue(alias, {row.kind for row, _ in rows.values()}, {row.queue for row, _ in rows.values()})
 
 

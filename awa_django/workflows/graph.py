@@ -28,7 +28,8 @@ POLICIES: dict[str, int] = {"on_success": 0, "always": 1}  # as stored in awa_jo
 
 @dataclass(eq=False)
 class Step:
-    """One job of a workflow, declared but perhaps not yet written (``id`` is set by enqueue)."""
+    """One job of a workflow, declared but perhaps not yet written (``id`` is set by enqueue; before
+    that, reading it raises InvalidJobError)."""
 
     workflow: object  # the Workflow it belongs to (identity only: graph.py knows no Workflow)
     index: int
@@ -38,7 +39,18 @@ class Step:
     options: dict[str, Any]
     upstreams: list[Upstream] = field(default_factory=list)
     before: list[int] = field(default_factory=list)  # existing waiting jobs that wait for this step too
-    id: int | None = None
+    job_id: int | None = None  # the job's id once the workflow is enqueued
+
+    @property
+    def id(self) -> int:
+        """The step's job id; InvalidJobError before its workflow is enqueued."""
+        if self.job_id is None:
+            raise InvalidJobError("step", self.name, "has no job id until its workflow is enqueued (wf.enqueue())")
+        return self.job_id
+
+    @id.setter
+    def id(self, value: int) -> None:
+        self.job_id = value
 
     def after(self, *upstreams: Step | Upstream | int) -> Step:
         """Add upstream edges to this step (``Workflow.add``'s ``after``); returns the step."""
@@ -47,7 +59,7 @@ class Step:
         return self
 
     def __repr__(self) -> str:
-        return f"Step({self.name!r}, kind={self.kind!r}, id={self.id})"
+        return f"Step({self.name!r}, kind={self.kind!r}, id={self.job_id})"
 
 
 @dataclass(frozen=True)

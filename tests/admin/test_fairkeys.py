@@ -121,7 +121,7 @@ def test_fairkey_form__accepts_exactly_the_keys_enqueue_accepts(key: str) -> Non
 
 def test_fairkey_form__one_row_per_queue_and_key() -> None:
     FairKey.objects.create(queue="exports", key="tenant:42", weight=2)
-    assert "already exists" in " ".join(key_form().errors.get("__all__", []))
+    assert "already exists" in " ".join(str(e) for e in key_form().errors.get("__all__", []))
 
 
 def test_fairkey_admin__lists_what_is_in_force_and_saves_with_a_cap_warning(admin_client: Client) -> None:

@@ -82,7 +82,7 @@ def test_running_now__per_worker_and_per_queue__matches_the_running_rows(gates: 
         for shown in everything["jobs"]:
             row = rows[shown["id"]]
             assert (shown["kind"], shown["queue"], shown["worker"]) == (row.kind, row.queue, name)
-            assert shown["started_at"] == row.attempted_at.isoformat()
+            assert row.attempted_at is not None and shown["started_at"] == row.attempted_at.isoformat()
             assert shown["elapsed_seconds"] >= 0
             assert shown["progress"] == row.progress == {"step": row.args["step"]}
         for job in jobs:

@@ -53,7 +53,7 @@ def ran(queue: str) -> list[Ran]:
         .order_by("attempted_at", "id")
         .values_list("id", "fair_key", "attempted_at", "finalized_at")
     )
-    return [Ran(pk, key, start, end or now) for pk, key, start, end in rows]
+    return [Ran(pk, key, start, end or now) for pk, key, start, end in rows if start is not None]
 
 
 def peak_running(runs: Iterable[Ran]) -> dict[str, int]:

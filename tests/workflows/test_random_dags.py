@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from awa_django.models import TERMINAL_STATES, Job, JobEdge, JobState
 from awa_django.workflows import Workflow, always
+from awa_django.workflows.graph import Step
 from testproject.demo.models import Execution
 from tests.harness import wait_until
 from tests.worker.support import Spawner
@@ -72,7 +73,7 @@ def test_random_dags__release_order_exactly_once_and_propagation(spawn: Spawner,
         for _ in range(2):  # two worker processes share every queue
             spawn("-q", QUEUES[0], "-q", QUEUES[1], name="wf-worker")
     wf = Workflow("random-dag")
-    steps = []
+    steps: list[Step] = []
     for index, node in enumerate(nodes):
         after = [steps[u] if policy == "on_success" else always(steps[u]) for u, policy in node.upstreams]
         steps.append(
@@ -109,6 +110,7 @@ def test_random_dags__release_order_exactly_once_and_propagation(spawn: Spawner,
         for u, _ in node.upstreams:
             if ran:
                 upstream = rows[ids[u]]
+                assert upstream.finalized_at is not None
                 assert starts[row.pk][0] >= upstream.finalized_at, f"step {index} started before its upstream {u} ended"
         if not ran:  # cancelled by the first on_success upstream that did not complete, named in its error
             dooming = [
@@ -116,8 +118,9 @@ def test_random_dags__release_order_exactly_once_and_propagation(spawn: Spawner,
                 for u, policy in node.upstreams
                 if policy == "on_success" and rows[ids[u]].state != JobState.COMPLETED
             ]
-            first = min(up.finalized_at for up in dooming)
-            assert row.finalized_at >= first
+            doom_ends = [up.finalized_at for up in dooming if up.finalized_at is not None]
+            assert doom_ends and row.finalized_at is not None
+            assert row.finalized_at >= min(doom_ends)
             named = [
                 up
                 for up in dooming
@@ -126,6 +129,6 @@ def test_random_dags__release_order_exactly_once_and_propagation(spawn: Spawner,
             assert named, row.errors
         if ran and state == JobState.COMPLETED:
             completed_ups = {str(ids[u]): u for u, _ in node.upstreams if rows[ids[u]].state == JobState.COMPLETED}
-            assert row.result["seen"] == completed_ups
-            assert all(rows[int(i)].result["v"] == v for i, v in row.result["seen"].items())
+            assert row.result is not None and row.result["seen"] == completed_ups
+            assert all((rows[int(i)].result or {}).get("v") == v for i, v in row.result["seen"].items())
     assert JobEdge.objects.filter(downstream_id__in=ids).count() == sum(len(n.upstreams) for n in nodes)

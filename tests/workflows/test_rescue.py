@@ -25,7 +25,7 @@ from tests.workflows import jobs  # noqa: F401 - registers the wf.* handlers
 def _rescue(job_id: int) -> list[tuple[int, str]]:
     Job.objects.filter(pk=job_id).update(heartbeat_at=Now() - timedelta(hours=1))
     with connection.cursor() as cursor:
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(minutes=1), "limit": 10})
+        cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(minutes=1), "limit": 10})  # type: ignore[dict-item]
         return [r[:2] for r in cursor.fetchall()]
 
 
@@ -90,4 +90,6 @@ def test_crash__a_worker_dies_in_a_step__another_rescues_it_and_the_graph_finish
     for s in [*middle, last]:
         assert Execution.objects.filter(job_id=s.id).count() == 1
         assert Job.objects.get(pk=s.id).pending == 0
-    assert Job.objects.get(pk=last.id).result["seen"] == {str(m.id): v for m, v in zip(middle, (1, 2), strict=True)}
+    result = Job.objects.get(pk=last.id).result
+    assert result is not None
+    assert result["seen"] == {str(m.id): v for m, v in zip(middle, (1, 2), strict=True)}

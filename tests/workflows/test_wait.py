@@ -33,7 +33,7 @@ def _drain(conn: psycopg.Connection[Any]) -> list[str]:
     sentinel = f"sentinel-{uuid.uuid4()}"
     with connect_outside_django() as sender:
         sender.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, sentinel))
-    payloads = []
+    payloads: list[str] = []
     for notify in conn.notifies(timeout=30):
         if notify.payload == sentinel:
             return payloads
