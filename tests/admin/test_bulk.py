@@ -7,11 +7,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import psycopg
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -19,6 +17,7 @@ from django.utils import timezone
 from awa_django.admin.bulk import CHUNK, SAMPLE
 from awa_django.models import Job
 from tests.admin.conftest import client_for
+from tests.conftest import connect_outside_django
 
 FILTER = {"state__exact": "failed", "queue": "bulk"}
 
@@ -106,10 +105,7 @@ def test_bulk__a_row_a_worker_holds_is_skipped_not_waited_for() -> None:
     client = Client()
     client.force_login(User.objects.create_superuser("root", password=None))
     ids = _failed("bulk", 20)
-    settings = connection.settings_dict
-    with psycopg.connect(
-        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"] or None, port=settings["PORT"] or None
-    ) as other:
+    with connect_outside_django() as other, other.transaction():
         other.execute("SELECT id FROM awa_job WHERE id = %s FOR UPDATE", [ids[3]])  # held until the block ends
         answers = _run(client, "retry")
     assert [(a["done"], a["skipped"]) for a in answers] == [(19, 1)]

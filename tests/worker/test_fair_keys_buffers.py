@@ -60,6 +60,7 @@ def test_keyed_claim_and_discovery__buffers_per_claim_flat_from_10_to_10000_keys
             "after_run_at": [None] * GRANTS,
             "after_id": [None] * GRANTS,
             "deadline": None,
+            "worker": "test:0",
         }
         lanes = lanes_at_the_end(queue)
         touched[keys] = {
