@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from awa_django.concurrency.keyconfig import QueueKeySettings
@@ -187,6 +187,16 @@ def total_jobs(spec: KeySpec, slots: list[int]) -> int:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(history=histories)
+@example(
+    history={
+        "slots": [1, 2],
+        "keys": [
+            KeySpec(weight=3, cap=1, seconds=3, priorities=(3, 3, 1, 4)),
+            KeySpec(weight=1, cap=None, seconds=3, priorities=(1, 4)),
+            KeySpec(weight=4, cap=None, seconds=2, priorities=(2, 1, 2, 2)),
+        ],
+    }
+)
 def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_soon__caps_hold(
     history: dict[str, Any],
 ) -> None:
@@ -215,4 +225,10 @@ def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_
         got = outcome.held.get(key, 0.0) / total_held
         # A slot cannot hold part of an attempt: the measured share moves in steps of one attempt.
         step = keys[key].seconds / total_held
+        if keys[key].cap is not None:
+            # A capped key's cap is exact across claimers, its share only to within an attempt per
+            # claimer: a claimer blocked on the key learns the cap freed up at its own next
+            # completion (a worker: or the settings reload), not when another claimer's attempt of
+            # the key ends (hypothesis found 0.307 against 0.333 with cap 1 over two claimers).
+            step *= len(slots)
         assert abs(got - want) <= 0.05 * want + step, (key, got, want, keys, slots)
