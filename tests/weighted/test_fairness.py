@@ -50,13 +50,16 @@ def _config() -> WorkerConfig:
 def test_weighted__contended_pool_splits_running_by_weight() -> None:
     recorder = Recorder()
     with Sampler(["A", "B"]) as sampler, running_worker(_config(), registry=recorder.registry):
-        enqueue("A", 400, ms=150)
-        enqueue("B", 170, ms=150)
-        sampler.wait_for(lambda s: s.available["A"] == 0 or s.available["B"] == 0, 60, "a queue to run dry")
+        # About 7 s of contention at the ideal split: long enough that a slow start (a CI machine
+        # running a whole suite) still leaves seconds to average over.
+        enqueue("A", 800, ms=150)
+        enqueue("B", 340, ms=150)
+        sampler.wait_for(lambda s: s.available["A"] == 0 or s.available["B"] == 0, 90, "a queue to run dry")
     samples = sampler.snapshot()
     both = contended(samples, ["A", "B"])
     started = next(s.t for s in both if s.running["A"] > 0 and s.running["B"] > 0)
     window = between(both, started + WARM_UP)
+    assert len(window) >= 2, f"{len(window)} samples while both queues were loaded after the warm-up"
     duration = window[-1].t - window[0].t
     mean_a = time_weighted_mean(window, lambda s: s.running["A"])
     mean_b = time_weighted_mean(window, lambda s: s.running["B"])
