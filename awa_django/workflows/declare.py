@@ -29,7 +29,7 @@ from awa_django.notices import notices
 from awa_django.observability import tracing
 from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
-from awa_django.workflows.graph import POLICIES, Canvas, Step, Upstream, order, upstream
+from awa_django.workflows.graph import POLICIES, Canvas, Step, Upstream, given_options, order, upstream
 
 if TYPE_CHECKING:
     from awa_django.models import Workflow as WorkflowRow
@@ -98,20 +98,10 @@ class Workflow:
         dependents read its result. The other options are ``Job.objects.enqueue``'s."""
         if self._enqueued:
             raise InvalidJobError("workflow", self.name, "was enqueued already; declare a new Workflow")
-        options = {
-            key: value
-            for key, value in (
-                ("queue", queue),
-                ("priority", priority),
-                ("run_at", run_at),
-                ("max_attempts", max_attempts),
-                ("metadata", metadata),
-                ("tags", tags),
-                ("unique", unique),
-                ("fair_key", fair_key),
-            )
-            if value is not None
-        }
+        options = given_options(
+            queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts, metadata=metadata, tags=tags,
+            unique=unique, fair_key=fair_key,
+        )  # fmt: skip
         index = len(self.steps)
         step_name = check_name("name", kind if name is None else name, index)
         created = Step(self, index, kind, args, step_name, options)

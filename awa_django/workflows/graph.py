@@ -165,20 +165,16 @@ def step(
     fair_key: str | None = None,
 ) -> StepSpec:
     """A step for ``chain`` / ``group`` / ``chord``, with ``enqueue``'s options."""
-    options = {
-        key: value
-        for key, value in (
-            ("queue", queue),
-            ("priority", priority),
-            ("run_at", run_at),
-            ("max_attempts", max_attempts),
-            ("metadata", metadata),
-            ("tags", tags),
-            ("fair_key", fair_key),
-        )
-        if value is not None
-    }
+    options = given_options(
+        queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts, metadata=metadata, tags=tags,
+        fair_key=fair_key,
+    )  # fmt: skip
     return StepSpec(kind, args, name, options)
+
+
+def given_options(**options: Any) -> dict[str, Any]:
+    """The enqueue options a step was given (None: not given, the kind's or the package's default)."""
+    return {key: value for key, value in options.items() if value is not None}
 
 
 def _canvas(items: Iterable[object], what: str) -> tuple[Canvas, ...]:
