@@ -53,3 +53,10 @@ FAIR_KEY_DEFAULT: Final = ""
 FAIR_KEY_MAX_LENGTH: Final = 128
 KEY_WEIGHT_DEFAULT: Final = 1  # a key's share of its queue's slots, when no FairKey row says otherwise
 FAIR_KEYS_TOP_DEFAULT: Final = 10  # keys per queue awa_health and the metrics name; the rest are key="other"
+
+# The console's history (awa_django.worker.history writes it, awa_django.services.history reads it).
+HISTORY_WINDOW_MINUTES: Final = 24 * 60  # minutes of history kept; older minutes are deleted
+HISTORY_TOP: Final = 50  # kinds (and queues) with a row of their own per minute; the rest share name ""
+HISTORY_GRACE: Final = 30.0  # seconds after a minute ends before the rollup treats it as final
+HISTORY_CATCH_UP_MINUTES: Final = 60  # minutes one rollup round reads at most (a leader catching up)
+HISTORY_EVERY: Final = 10.0  # seconds between the maintenance leader's rollup rounds

@@ -150,3 +150,15 @@ class InvalidScheduleError(AwaError, ValueError):
         where = f"schedule {name!r}: " if name else ""
         what = f"cron {expression!r} ({timezone}): " if expression is not None else ""
         super().__init__(f"{where}{what}{message}")
+
+
+# --- worker control ----------------------------------------------------------------
+
+
+class WorkerRequestError(AwaError, ValueError):
+    """A request to a worker that cannot be sent: the worker is gone or stopping, or it does not
+    serve the queue named, or the queue is not in the state the request assumes."""
+
+    def __init__(self, worker: str, message: str) -> None:
+        self.worker = worker
+        super().__init__(message)

@@ -2,7 +2,8 @@
 
 - ``Job``: one job, from enqueue to its outcome (the state machine in ``awa_django.states``).
 - ``Queue``: a queue's settings (capacity, rate limit, pause), edited in the admin, applied live.
-- ``WorkerInstance``: a live worker's health snapshot.
+- ``WorkerInstance``: a live worker's health snapshot; ``WorkerRequest``: an operator's request to
+  one worker (drain and stop, hold or resume a queue), pending until the worker acknowledges it.
 - ``ClusterSettings`` and ``WorkerCapacity``: capacity scope "cluster": the one global maximum,
   and each worker's part of it.
 - ``Schedule``: a periodic job.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func, Q
 from django.utils import timezone
@@ -142,6 +144,36 @@ class Job(models.Model):
             ),
             # A workflow's jobs (cancel, retry, the admin's graph); plain jobs have no entry.
             models.Index(fields=["workflow", "id"], condition=Q(workflow__isnull=False), name="awa_job_workflow_idx"),
+            # The console's search (admin/search.py) by args containment or path, and by tag, among
+            # finished jobs. Partial: no update of awa_job is HOT (each changes state), so an index
+            # over every row would take an entry at enqueue, at claim and at completion; these take
+            # one, at the final write (bench/search_indexes.py measures both).
+            GinIndex(
+                fields=["args"],
+                opclasses=["jsonb_path_ops"],
+                condition=Q(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]),
+                name="awa_job_args_idx",
+            ),
+            GinIndex(
+                fields=["tags"],
+                condition=Q(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]),
+                name="awa_job_tags_idx",
+            ),
+            # Waiting workflow steps (the search's arm for them, and the dashboard's waiting count):
+            # an entry at enqueue of a step that waits, none once it is released. The other states
+            # before completion have their own partial indexes already (claim, promotion, rescue);
+            # no args or tags index covers them, so that a job pays no GIN entry at enqueue.
+            models.Index(fields=["id"], condition=Q(state=JobState.WAITING), name="awa_job_waiting_idx"),
+            # A tag among failed jobs (triage) without reading every finished job that carries it.
+            GinIndex(
+                fields=["tags"], condition=Q(state=JobState.FAILED, tags__isnull=False), name="awa_job_failed_tags_idx"
+            ),
+            # The failed count per queue (services/stats.job_counts): an index-only scan, not the table.
+            models.Index(
+                fields=["queue", "run_at"], condition=Q(state=JobState.FAILED), name="awa_job_failed_queue_idx"
+            ),
+            # Migration 0017 also builds awa_job_errors_trgm_idx where pg_trgm is available (not here:
+            # whether it exists depends on the server).
         ]
         constraints = [
             # Unique jobs: enforced by Postgres, only while the row is in one of its unique_states.
@@ -316,6 +348,52 @@ class WorkerInstance(models.Model):
     def capacity(self, queue: str) -> dict[str, Any] | None:
         entry = self.queues.get(queue)
         return entry if isinstance(entry, dict) else None
+
+
+class WorkerAction(models.TextChoices):
+    DRAIN = "drain", "drain and stop"
+    HOLD = "hold", "stop claiming a queue"
+    RESUME = "resume", "claim a held queue again"
+
+
+class WorkerRequest(models.Model):
+    """An operator's request to one worker, made in the admin (``awa_django.services.control``).
+
+    The worker reads its pending requests on its settings re-read tick (``worker/control.py``),
+    acts, and writes ``acknowledged_at`` (the database clock) and its ``answer``; until then the
+    request is pending. For a hold, the acknowledgement comes only once no claim of the queue is
+    under way in that worker, so no attempt of the queue it starts has ``attempted_at`` later than
+    ``acknowledged_at``. No foreign key to ``WorkerInstance``: that row is removed when the worker
+    stops, and the request stays as the record of what was asked.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    instance_id = models.UUIDField(help_text="the WorkerInstance asked")
+    worker = models.CharField(max_length=255, help_text="host:pid of that worker when asked")
+    action = models.CharField(max_length=16, choices=WorkerAction.choices)
+    queue = models.CharField(max_length=NAME_MAX_LENGTH, blank=True, help_text="hold and resume: the queue")
+    requested_by = models.CharField(max_length=150, blank=True)
+    requested_at = models.DateTimeField(default=timezone.now)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    answer = models.CharField(max_length=255, blank=True, help_text="what the worker said when it acted")
+
+    class Meta:
+        db_table = "awa_worker_request"
+        ordering = ["-id"]
+        verbose_name = "worker request"
+        indexes = [
+            models.Index(
+                fields=["instance_id"], condition=Q(acknowledged_at__isnull=True), name="awa_worker_request_pending"
+            )
+        ]
+
+    def __str__(self) -> str:
+        what = f"{self.get_action_display()} {self.queue}" if self.queue else self.get_action_display()
+        return f"{self.worker}: {what}"
+
+    @property
+    def pending(self) -> bool:
+        return self.acknowledged_at is None
 
 
 class CapacityScope(models.TextChoices):
@@ -518,6 +596,10 @@ class EdgePolicy(models.IntegerChoices):
 
     ON_SUCCESS = 0, "on_success: runs once the upstream completed; cancelled if it failed or was cancelled"
     ALWAYS = 1, "always: runs once the upstream ended, however it ended"
+    ON_DISCARD = (
+        2,
+        "on_discard: runs as soon as one such upstream failed or was cancelled; cancelled once all of them completed",
+    )
 
 
 class JobEdge(models.Model):
@@ -537,3 +619,59 @@ class JobEdge(models.Model):
 
     def __str__(self) -> str:
         return f"{self.upstream_id} -> {self.downstream_id} ({self.name})"
+
+
+class HistoryDimension(models.TextChoices):
+    KIND = "kind", "kind"
+    QUEUE = "queue", "queue"
+
+
+class HistoryMinute(models.Model):
+    """One minute of finished jobs for one kind or one queue: the console's 24-hour history.
+
+    Written only by the maintenance leader's rollup (``awa_django.worker.history``), which
+    replaces whole minutes, so the table holds at most minutes * (2 * HISTORY_TOP + 2)
+    rows: the kinds (and queues) beyond the busiest ``HISTORY_TOP`` of a minute are summed into
+    one bucket named ``""`` (no kind or queue has an empty name). Durations are seconds.
+    """
+
+    minute = models.DateTimeField(help_text="the minute the jobs were finalised in (its start)")
+    dimension = models.CharField(max_length=8, choices=HistoryDimension.choices)
+    name = models.CharField(max_length=NAME_MAX_LENGTH, blank=True, help_text="the kind or queue; empty: the rest")
+    completed = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+    wait_p50 = models.FloatField(null=True, blank=True, help_text="seconds from due (run_at) to the last attempt")
+    wait_p95 = models.FloatField(null=True, blank=True)
+    run_p50 = models.FloatField(null=True, blank=True, help_text="seconds from the last attempt's start to its end")
+    run_p95 = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        db_table = "awa_history"
+        verbose_name = "history minute"
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "dimension", "name"], name="awa_history_minute_uniq"),
+            models.CheckConstraint(
+                condition=Q(dimension__in=HistoryDimension.values), name="awa_history_dimension_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dimension} {self.name or '(the rest)'} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class HistoryMark(models.Model):
+    """The rollup's watermark: every minute before ``closed_through`` is final in awa_history.
+
+    One row (id 1). The rollup locks it for its transaction, so two leaders (an old one finishing
+    its round while a new one starts) take turns rather than double counting.
+    """
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    closed_through = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "awa_history_mark"
+
+    def __str__(self) -> str:
+        return f"history final before {self.closed_through}"

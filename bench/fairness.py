@@ -110,7 +110,7 @@ SCENARIOS = (
 def _setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     if not os.environ.get("DATABASE_URL"):
-        os.environ["AWA_DB_NAME"] = BENCH_DB
+        os.environ["AWA_DB_NAME"] = os.environ.get("AWA_BENCH_DB", BENCH_DB)  # two benchmarks at once
     import django
     from django.conf import settings
 

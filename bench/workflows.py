@@ -1,7 +1,7 @@
 """Workflows side by side with plain jobs, on one running worker (issue 25).
 
-    python bench/workflows.py                      # N = 2,000, a 200-step chain, 200 waits, 3 repetitions
-    python bench/workflows.py --n 10000 --chain 1000 --waits 500 --reps 3
+    python bench/workflows.py                      # the issue's sizes: N = 10,000, a 1,000-step chain, 200 waits
+    python bench/workflows.py --n 2000 --chain 200 --waits 100 --reps 5   # a quicker look
 
 One ``manage.py awa_worker -q bench`` runs throughout; each repetition measures, in turn:
 
@@ -10,8 +10,13 @@ One ``manage.py awa_worker -q bench`` runs throughout; each repetition measures,
 - **drain**: each batch's rate over the database's span, first claim (``min(attempted_at)``) to
   last completion (``max(finalized_at)``), plain jobs and the fan-out alike (the worker is already
   up: no start-up in it).
-- **chain**: a chain of M ``noop`` steps; per step, the next step's claim (``attempted_at``) minus
-  this step's completion (``finalized_at``), by the database clock: p50 and p99.
+- **fan_snapshot** (``--snapshot``): the fan-out again, with a second connection holding a
+  REPEATABLE READ snapshot from before its enqueue to the end of its drain (bench/mvcc.py's).
+- **chain**: a chain of M ``stamp`` steps (each returns the worker's clock as it ran); per step,
+  the next step's stamp minus this one's: from one handler's return to the next one's start,
+  by the one worker's clock, p50 and p99. (Until 2026-12-01 this read the next step's
+  ``attempted_at`` minus this one's ``finalized_at``, which leaves out the writer's wait and the
+  handler's start, and reads 0 once the next step is claimed in the completing transaction.)
 - **wait**: a ``noop`` job enqueued, then ``job.wait()``; the wall time at which wait returned
   minus the job's ``finalized_at`` (the completing transaction's now(), so the figure includes
   the commit): p50 and p99.
@@ -91,12 +96,38 @@ def plain(n: int) -> tuple[float, float]:
     return enqueue, span_rate("true", {})
 
 
-def fan(n: int) -> tuple[float, float]:
+class OldSnapshot:
+    """A second connection holding one REPEATABLE READ snapshot taken now, until closed (as
+    bench/mvcc.py's): vacuum and pruning keep every row version made meanwhile."""
+
+    def __init__(self) -> None:
+        self.conn = connect()
+        self.conn.autocommit = False
+        self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.conn.execute("SELECT count(*) FROM awa_job").fetchone()
+
+    def close(self) -> None:
+        self.conn.rollback()
+        self.conn.close()
+
+
+def fan_snapshot(n: int) -> tuple[float, float]:
+    """``fan`` with an old snapshot held from before its enqueue to the end of its drain."""
+    reset()
+    snapshot = OldSnapshot()
+    try:
+        return fan(n, fresh=False)
+    finally:
+        snapshot.close()
+
+
+def fan(n: int, fresh: bool = True) -> tuple[float, float]:
     from django.db import transaction
 
     from awa_django.workflows import Workflow
 
-    reset()
+    if fresh:
+        reset()
     started = time.perf_counter()
     with transaction.atomic():
         wf = Workflow("fan")
@@ -111,20 +142,23 @@ def fan(n: int) -> tuple[float, float]:
 
 
 def chain_gaps(m: int) -> list[float]:
+    """A chain of ``m`` ``stamp`` steps: each returns the worker's clock as it ran, so step n+1's
+    stamp minus step n's is what the chain adds between two steps: writing n's end and releasing
+    n+1, claiming it, and starting its handler (both stamps taken by the one worker process)."""
     from awa_django.workflows import Workflow
 
     reset()
     wf = Workflow("chain")
     previous = None
     for _ in range(m):
-        previous = wf.add("noop", queue=QUEUE, after=[] if previous is None else [previous])
+        previous = wf.add("stamp", queue=QUEUE, after=[] if previous is None else [previous])
     wf.enqueue()
     wait_done("workflow_id = %(w)s", {"w": wf.id}, m)
     with connect() as conn:
         rows = conn.execute(
-            "SELECT attempted_at, finalized_at FROM awa_job WHERE workflow_id = %(w)s ORDER BY id", {"w": wf.id}
+            "SELECT (result #>> '{}')::float8 FROM awa_job WHERE workflow_id = %(w)s ORDER BY id", {"w": wf.id}
         ).fetchall()
-    return [(rows[i + 1][0] - rows[i][1]).total_seconds() for i in range(len(rows) - 1)]
+    return [rows[i + 1][0] - rows[i][0] for i in range(len(rows) - 1)]
 
 
 def wait_latencies(k: int) -> list[float]:
@@ -153,10 +187,15 @@ def wait_for_worker(timeout: float = 60.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=2000, help="fan-out width and plain batch size")
-    parser.add_argument("--chain", type=int, default=200, help="chain length")
+    parser.add_argument("--n", type=int, default=10_000, help="fan-out width and plain batch size")
+    parser.add_argument("--chain", type=int, default=1000, help="chain length")
     parser.add_argument("--waits", type=int, default=200, help="wait() calls")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="also drain the fan-out with an old snapshot held (docs/storage.md)",
+    )
     args = parser.parse_args()
     setup(DB_NAME)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -172,6 +211,8 @@ def main() -> None:
         wait_for_worker()  # nothing is measured across its start-up
         for rep in range(args.reps):
             runs = [("plain", plain), ("fan", fan)] if rep % 2 == 0 else [("fan", fan), ("plain", plain)]
+            if args.snapshot:
+                runs.insert(1 + rep % 2, ("fan_snapshot", fan_snapshot))
             for label, run in runs:
                 enqueue, rate = run(args.n)
                 figures.setdefault(f"{label}_enqueue_s", []).append(enqueue)
@@ -182,7 +223,8 @@ def main() -> None:
             waits = wait_latencies(args.waits)
             figures.setdefault("wait_p50_ms", []).append(1000 * percentile(waits, 0.5))
             figures.setdefault("wait_p99_ms", []).append(1000 * percentile(waits, 0.99))
-            print(f"repetition {rep + 1}/{args.reps} done", flush=True)
+            this = ", ".join(f"{key} {values[-1]:.4g}" for key, values in figures.items())
+            print(f"repetition {rep + 1}/{args.reps}: {this}", flush=True)
     finally:
         worker.terminate()
         worker.wait(60)
@@ -193,6 +235,8 @@ def main() -> None:
         print(f"| {key} | {value:.4g} |")
     print(f"| fan/plain enqueue time | {med['fan_enqueue_s'] / med['plain_enqueue_s']:.2f}x |")
     print(f"| fan/plain drain rate | {med['fan_drain_per_s'] / med['plain_drain_per_s']:.2f}x |")
+    if args.snapshot:
+        print(f"| fan drain, old snapshot / none | {med['fan_snapshot_drain_per_s'] / med['fan_drain_per_s']:.2f}x |")
 
 
 if __name__ == "__main__":

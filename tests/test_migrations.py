@@ -28,10 +28,21 @@ PARTIAL_INDEXES = {
         "'cancelled'::character varying])::text[]))",
     ),
     "awa_job_workflow_idx": ("(workflow_id, id)", "(workflow_id IS NOT NULL)"),
+    "awa_job_failed_queue_idx": ("(queue, run_at)", "((state)::text = 'failed'::text)"),
+    "awa_job_waiting_idx": ("(id)", "((state)::text = 'waiting'::text)"),
     "awa_job_unique_key_uniq": (
         "(unique_key)",
         "((unique_key IS NOT NULL) AND ((state)::text = ANY ((unique_states)::text[])))",
     ),
+}
+
+FINISHED_PREDICATE = PARTIAL_INDEXES["awa_job_finalized_idx"][1]
+# The console search's GIN indexes, on finished jobs only (migration 0015).
+GIN_PARTIAL_INDEXES = {
+    "awa_job_args_idx": ("(args jsonb_path_ops)", FINISHED_PREDICATE),
+    "awa_job_tags_idx": ("(tags)", FINISHED_PREDICATE),
+    # Migration 0017: failed jobs' tags.
+    "awa_job_failed_tags_idx": ("(tags)", "(((state)::text = 'failed'::text) AND (tags IS NOT NULL))"),
 }
 
 
@@ -56,7 +67,7 @@ def test_partial_indexes__every_conditional_index_in_models_is_listed_here() -> 
         c.name for c in Job._meta.constraints if isinstance(c, models.UniqueConstraint) and c.condition is not None
     }
 
-    assert in_models == set(PARTIAL_INDEXES)
+    assert in_models == set(PARTIAL_INDEXES) | set(GIN_PARTIAL_INDEXES)
 
 
 @pytest.mark.django_db
@@ -68,6 +79,17 @@ def test_partial_indexes__exist_with_their_where_predicate(name: str) -> None:
 
     assert definition is not None, f"index {name} is missing"
     assert definition.endswith(f"USING btree {columns} WHERE {predicate}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(GIN_PARTIAL_INDEXES))
+def test_gin_partial_indexes__exist_with_their_where_predicate(name: str) -> None:
+    columns, predicate = GIN_PARTIAL_INDEXES[name]
+
+    definition = index_definitions("awa_job").get(name)
+
+    assert definition is not None, f"index {name} is missing"
+    assert definition.endswith(f"USING gin {columns} WHERE {predicate}")
 
 
 @pytest.mark.django_db

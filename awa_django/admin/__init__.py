@@ -1,6 +1,6 @@
 """The admin, one module per admin: Job (``jobs``), Queue with its dashboard (``queues``,
 ``dashboard``, ``charts``), Schedule (``schedules``), fairness keys (``fairkeys``), Workflow
-(``workflows``) and the cluster view (``cluster``); their
+(``workflows``), the cluster view (``cluster``) and the workers with their controls (``workers``); their
 list filters in ``filters``, what they share in ``helpers``.
 
 Each module registers its admins with ``@admin.register``; Django's autodiscovery imports this
@@ -13,6 +13,7 @@ from awa_django.admin.fairkeys import FairKeyAdmin
 from awa_django.admin.jobs import JobAdmin
 from awa_django.admin.queues import QueueAdmin
 from awa_django.admin.schedules import ScheduleAdmin
+from awa_django.admin.workers import WorkerInstanceAdmin
 from awa_django.admin.workflows import WorkflowAdmin
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "QueueAdmin",
     "ScheduleAdmin",
     "WorkerCapacityAdmin",
+    "WorkerInstanceAdmin",
     "WorkflowAdmin",
 ]

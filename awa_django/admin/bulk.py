@@ -10,6 +10,10 @@ match, not only the page.
   worker holds is skipped and counted, never waited for), each chunk its own short transaction;
   the page posts the next chunk by itself until the filter is exhausted, and stopping it (the Stop
   button, or leaving the page) stops the run between chunks;
+- between chunks the page waits as long as the last chunk took (``pause_after``): the bulk's
+  backend works at most half the time and writes its WAL at half the rate, so the workers' claims
+  and the app's enqueues, whose commits wait on the same WAL flushes, keep their pickup latency
+  (bench/bulk_retry.py measures it against the idle tail);
 - each chunk is one ``LogEntry`` (who, the action, the filter, how many of how many, the id range).
 
 Retry and cancel need the change permission, discard the delete permission.
@@ -17,6 +21,7 @@ Retry and cancel need the change permission, discard the delete permission.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +47,15 @@ else:  # ModelAdmin is generic for the type checker only
     _JobAdminBase = admin.ModelAdmin
 
 CHUNK = 1000  # ids per request: one short transaction each
+PACE = 1.0  # the pause after a chunk, as a multiple of the chunk's own time
+MAX_PAUSE = 5.0  # seconds: a chunk slowed by a lock or a busy server does not stall the run longer
+
+
+def pause_after(seconds: float) -> float:
+    """How long the bulk waits after a chunk that took ``seconds`` (the module docstring)."""
+    return min(MAX_PAUSE, max(0.0, PACE * seconds))
+
+
 SAMPLE = 10
 
 ACTIONS: dict[str, tuple[str, str, Callable[..., int]]] = {
@@ -134,8 +148,10 @@ class BulkMixin(_JobAdminBase):
         after = parse_id(request.POST.get("after", "0") or "0")
         if after is None:
             after = 0
+        started = time.monotonic()
         ids = list(jobs.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:CHUNK])
         done = service(ids, skip_locked=True) if ids else 0
+        took = time.monotonic() - started
         if ids:
             LogEntry.objects.create(
                 user_id=int(request.user.pk or 0),  # admin_view: a logged-in staff user
@@ -155,5 +171,6 @@ class BulkMixin(_JobAdminBase):
                 "skipped": len(ids) - done,
                 "after": ids[-1] if ids else after,
                 "finished": len(ids) < CHUNK,
+                "pause_ms": round(1000 * pause_after(took)),
             }
         )

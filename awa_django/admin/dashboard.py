@@ -1,5 +1,5 @@
 """The job queue dashboard: its two views (the page, and the JSON it refreshes itself from) and the
-data they show, read in five queries through ``awa_django.services``.
+data they show, read in six queries through ``awa_django.services``.
 
 ``DashboardMixin`` adds the views to the Queue admin, under its URLs (``admin:awa_dashboard``,
 ``admin:awa_dashboard_data``); whoever may view queues, or jobs, may view the dashboard.
@@ -20,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from awa_django.admin.charts import Chart, build_chart
+from awa_django.admin.live import live_json
 from awa_django.conf import awa_settings
 from awa_django.models import Job, JobState, Queue, WorkerInstance
 from awa_django.services.cluster import (
@@ -31,7 +32,7 @@ from awa_django.services.cluster import (
     worker_healthy,
     worker_scope,
 )
-from awa_django.services.stats import format_age, queue_stats, throughput
+from awa_django.services.stats import Throughput, format_age, queue_stats, throughput
 
 if TYPE_CHECKING:
     _QueueAdminBase = admin.ModelAdmin[Queue]
@@ -47,7 +48,11 @@ class DashboardMixin(_QueueAdminBase):
     def get_urls(self) -> list[URLPattern]:
         custom = [
             path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="awa_dashboard"),
-            path("dashboard/data/", self.admin_site.admin_view(self.dashboard_data_view), name="awa_dashboard_data"),
+            path(
+                "dashboard/data/",
+                live_json(self.admin_site, self.dashboard_data_view, self.dashboard_data),
+                name="awa_dashboard_data",
+            ),
         ]
         return custom + super().get_urls()
 
@@ -76,6 +81,10 @@ class DashboardMixin(_QueueAdminBase):
 
     def dashboard_data_view(self, request: HttpRequest) -> JsonResponse:
         self._check_dashboard_permission(request)
+        return self.dashboard_data(request)
+
+    def dashboard_data(self, request: HttpRequest) -> JsonResponse:
+        """The dashboard's JSON, with no permission check (``live_json`` decides who gets here)."""
         context = dashboard_context()
         payload = dashboard_json(context)
         payload["html"] = render_to_string("admin/awa/_dashboard_body.html", context, request=request)
@@ -85,7 +94,8 @@ class DashboardMixin(_QueueAdminBase):
 
 
 def dashboard_context() -> dict[str, Any]:
-    """Everything the dashboard shows, in five queries: workers, queues, counts, throughput."""
+    """Everything the dashboard shows, in six queries: workers, queues, counts, the rollup's
+    watermark, and throughput (awa_history's minutes plus awa_job's last minute or two)."""
     now = timezone.now()
     workers = live_workers(now=now)
     stats = queue_stats(None, workers=workers)
@@ -115,6 +125,7 @@ def dashboard_context() -> dict[str, Any]:
         "awa_queues": queues,
         "awa_workers": [_worker_row(w, now, by_worker.get(str(w), [])) for w in workers],
         "awa_chart": build_chart(flow.total(JobState.COMPLETED), flow.total(JobState.FAILED), flow.start),
+        "awa_history_note": history_note(flow),
         "awa_configured_mode": mode_label(
             "hard_reserved" if configured is None else "weighted", current.CAPACITY_SCOPE
         ),
@@ -122,6 +133,24 @@ def dashboard_context() -> dict[str, Any]:
         "awa_global_max": global_maximum(workers),
         "awa_stale_after": default_stale_after(),
     }
+
+
+def history_note(flow: Throughput) -> str | None:
+    """What the page says when the chart's minutes are not all counted: the rollup never ran, or
+    its watermark stopped (both mean no maintenance leader is running); None when it keeps up."""
+    mark = flow.closed_through
+    if mark is None:
+        return (
+            "The history rollup has not run yet (no maintenance leader: start a worker with "
+            "python manage.py awa_worker), so the chart counts only the current minute."
+        )
+    if flow.behind:
+        since = timezone.localtime(mark).strftime("%H:%M")
+        return (
+            f"The history rollup has not closed a minute since {since} (is a maintenance leader running?): "
+            "the minutes after it show what its last round saw."
+        )
+    return None
 
 
 def _worker_row(worker: WorkerInstance, now: datetime, queues: list[tuple[str, QueueCapacity]]) -> dict[str, Any]:
@@ -163,6 +192,7 @@ def dashboard_json(context: dict[str, Any]) -> dict[str, Any]:
             for w in context["awa_workers"]
         ],
         "last_hour": {JobState.COMPLETED: chart.completed, JobState.FAILED: chart.failed},
+        "history_note": context["awa_history_note"],
         "global_max_workers": {
             "configured": context["awa_global_max"].configured,
             "in_force": context["awa_global_max"].in_force,

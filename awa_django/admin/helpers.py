@@ -8,8 +8,8 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.core.paginator import Page, Paginator
+from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -85,3 +85,15 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         counted = int(queryset.order_by()[: COUNT_LIMIT + 1].count())
         self.awa_capped = counted > COUNT_LIMIT
         return counted
+
+    def page(self, number: Any) -> Page:  # type: ignore[type-arg]
+        # Counted, not capped: the count has just read every matching row, at most COUNT_LIMIT, so
+        # the page sorts those. Ordered by the bare id, the planner may walk the primary key
+        # backwards instead, expecting many matches (its guess for jsonb containment is coarse),
+        # and for a few matches that reads the whole table. Capped: the matches are dense enough
+        # that the walk finds a page early, and stays the planner's choice.
+        queryset = self.object_list
+        if isinstance(queryset, QuerySet) and queryset.query.where and self.count and not self.awa_capped:
+            if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
+                self.object_list = queryset.order_by((F("id") + 0).desc())
+        return super().page(number)

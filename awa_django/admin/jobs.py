@@ -22,6 +22,7 @@ from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
+from awa_django.admin.history import HistoryMixin
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import HELP as SEARCH_HELP
 from awa_django.admin.search import search_jobs
@@ -29,7 +30,10 @@ from awa_django.admin.timeline import attempt_timeline
 from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
+from awa_django.states import JobState
 from awa_django.validation import brief
+
+STATES = frozenset(JobState)
 
 if TYPE_CHECKING:
     _JobAdminBase = admin.ModelAdmin[Job]
@@ -44,7 +48,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
+class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, HistoryMixin):
     list_columns = (
         "id", "kind", "queue", "fair_key", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at",
     )  # fmt: skip
@@ -121,7 +125,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        return search_jobs(queryset, search_term), False
+        # The state filter's value, so the search asks only that state's indexed arm.
+        state = request.GET.get("state__exact")
+        return search_jobs(queryset, search_term, [state] if state in STATES else None), False
 
     # --- columns and detail fields ---
 

@@ -1,7 +1,8 @@
 """The Queue admin: each queue's settings with its live stats (counts from one grouped query per
 page, capacity from the live workers' snapshots), pause and resume actions, the dashboard
-(``DashboardMixin``) and each queue's fairness keys page (``keys_view``: the top keys by backlog
-and by running, with their share in force)."""
+(``DashboardMixin``), the list's live cells (``live_data``, refreshed by ``awa/live.js``) and
+each queue's fairness keys page (``keys_view``: the top keys by backlog and by running, with
+their share in force)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from awa_django.admin.dashboard import DashboardMixin
+from awa_django.admin.dashboard import REFRESH_SECONDS, DashboardMixin
 from awa_django.admin.helpers import SafeSelectionMixin
+from awa_django.admin.live import live_json
 from awa_django.forms import QueueForm
 from awa_django.models import JobState, Queue
 from awa_django.services.cluster import live_workers
@@ -27,9 +31,23 @@ from awa_django.services.keys import KEYS_SHOWN, queue_keys
 from awa_django.services.queues import pause_queues, resume_queues
 from awa_django.services.stats import COUNTED_STATES, QueueStats, format_age, queue_stats
 
+# The list's columns that change while the page is open: the live view sends these, by queue.
+LIVE_COLUMNS = (
+    JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.FAILED, "oldest_available",
+    "mode", "in_flight", "overflow_held",
+)  # fmt: skip
+
 
 class QueueChangeList(ChangeList):
     """Attaches each row's QueueStats after the page is fetched: one grouped query for the page."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Queue]:
+        # Postgres refuses a NUL in a text value: such a filter is a bad query string (the page
+        # redirects to ?e=1, the live view answers 400), never a 500.
+        filters = [values for name, values in self.filter_params.items() if name not in IGNORED_PARAMS]
+        if any("\x00" in value for values in filters for value in values):
+            raise IncorrectLookupParameters("a filter value holds a NUL byte, which no queue's field can")
+        return super().get_queryset(request, exclude_parameters)
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -89,8 +107,37 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return QueueChangeList
 
     def get_urls(self) -> list[URLPattern]:
-        custom = [path("keys/<path:name>/", self.admin_site.admin_view(self.keys_view), name="awa_queue_keys")]
+        custom = [
+            path("keys/<path:name>/", self.admin_site.admin_view(self.keys_view), name="awa_queue_keys"),
+            path("live/", live_json(self.admin_site, self.live_view, self.live_data), name="awa_queue_live"),
+        ]
         return custom + super().get_urls()
+
+    def live_view(self, request: HttpRequest) -> JsonResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return self.live_data(request)
+
+    def live_data(self, request: HttpRequest) -> JsonResponse:
+        """The queue list's live cells for the rows the list shows with this query string (its
+        filters, search and page), one ChangeList read as the page's: ``{"rows": {name: {column:
+        html}}}``, which ``awa/live.js`` puts in the page's cells. No permission check here
+        (``live_json`` decides who gets here)."""
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters as exc:  # the page itself redirects such a query to ?e=1
+            return JsonResponse({"error": f"the list's filter cannot be read: {exc}; reload the page"}, status=400)
+        rows = {
+            queue.name: {column: conditional_escape(getattr(self, column)(queue)) for column in LIVE_COLUMNS}
+            for queue in changelist.result_list
+        }
+        queues = [
+            _stats(queue).as_dict(timezone.now()) | {"name": queue.name, "paused": queue.paused}
+            for queue in changelist.result_list
+        ]
+        response = JsonResponse({"generated_at": timezone.now().isoformat(), "rows": rows, "queues": queues})
+        response["Cache-Control"] = "no-store"
+        return response
 
     def keys_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """One queue's fairness keys: the top keys by backlog and by running, each with its weight,
@@ -127,7 +174,12 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return super().get_search_results(request, queryset, search_term)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"awa_dashboard_url": reverse("admin:awa_dashboard", current_app=self.admin_site.name)}
+        live = reverse("admin:awa_queue_live", current_app=self.admin_site.name)
+        extra = {
+            "awa_dashboard_url": reverse("admin:awa_dashboard", current_app=self.admin_site.name),
+            "awa_live_url": live + (f"?{request.GET.urlencode()}" if request.GET else ""),
+            "awa_refresh_seconds": REFRESH_SECONDS,
+        }
         extra.update(extra_context or {})
         return super().changelist_view(request, extra)
 

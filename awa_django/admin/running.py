@@ -2,7 +2,8 @@
 progress), as a page and as the JSON it refreshes itself from.
 
 ``RunningNowMixin`` adds the two views to the Job admin (``admin:awa_job_running``,
-``admin:awa_job_running_data``); whoever may view jobs may view them. ``?worker=host:pid`` and
+``admin:awa_job_running_data``); whoever may view jobs may view them, and the JSON also answers the metrics token
+(``awa_django.admin.live``). ``?worker=host:pid`` and
 ``?queue=name`` narrow the list; the dashboard's worker and queue rows link here.
 """
 
@@ -19,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
+from awa_django.admin.live import live_json
 from awa_django.models import Job
 from awa_django.services.running import RunningNow, running_now
 from awa_django.services.stats import format_age
@@ -43,12 +45,16 @@ class RunningNowMixin(_JobAdminBase):
     def get_urls(self) -> list[URLPattern]:
         custom = [
             path("running/", self.admin_site.admin_view(self.running_view), name="awa_job_running"),
-            path("running/data/", self.admin_site.admin_view(self.running_data_view), name="awa_job_running_data"),
+            path(
+                "running/data/",
+                live_json(self.admin_site, self.running_data_view, self.running_data),
+                name="awa_job_running_data",
+            ),
         ]
         return custom + super().get_urls()
 
-    def _running_context(self, request: HttpRequest) -> dict[str, Any]:
-        if not self.has_view_permission(request):
+    def _running_context(self, request: HttpRequest, *, checked: bool = True) -> dict[str, Any]:
+        if checked and not self.has_view_permission(request):
             raise PermissionDenied
         (worker, odd_worker), (queue, odd_queue) = _filter(request, "worker"), _filter(request, "queue")
         impossible = odd_worker or odd_queue
@@ -87,7 +93,13 @@ class RunningNowMixin(_JobAdminBase):
         return TemplateResponse(request, "admin/awa/running/running.html", context)
 
     def running_data_view(self, request: HttpRequest) -> JsonResponse:
-        context = self._running_context(request)
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return self.running_data(request)
+
+    def running_data(self, request: HttpRequest) -> JsonResponse:
+        """Running now's JSON, with no permission check (``live_json`` decides who gets here)."""
+        context = self._running_context(request, checked=False)
         now = context["awa_now"]
         payload = {
             "generated_at": now.isoformat(),

@@ -75,13 +75,14 @@ class _QueueState:
     """One queue's local slots. Kept after the queue is removed, so that its outstanding
     permits still have somewhere to go back to and a re-added queue counts them."""
 
-    __slots__ = ("active", "demand", "limits", "slots")
+    __slots__ = ("active", "demand", "limits", "rank", "slots")
 
-    def __init__(self, limits: QueueLimitsLike, capacity: int) -> None:
+    def __init__(self, limits: QueueLimitsLike, capacity: int, rank: int) -> None:
         self.limits = _frozen(limits)
         self.slots = Slots(capacity)
         self.active = True
         self.demand = 0  # what the last try_acquire asked for and did not get
+        self.rank = rank  # its place in the configuration, for the order `waiting()` names queues in
 
 
 class Allocator:
@@ -107,14 +108,17 @@ class Allocator:
         self._total_in_flight = 0
         self._global_max_workers = global_max_workers
         self._queues: dict[str, _QueueState] = {}
+        # The queues with demand, so `waiting()` looks at those, not at every configured queue.
+        self._demanding: dict[str, _QueueState] = {}
+        self._ranked = 0
         self._pool: OverflowPool | None = None
         self.on_release: Callable[[str], None] | None = None
         if global_max_workers is None:
             for name, limits in queues.items():
-                self._queues[name] = _QueueState(limits, limits.max_workers)
+                self._queues[name] = _QueueState(limits, limits.max_workers, self._next_rank())
         else:
             for name, limits in queues.items():
-                self._queues[name] = _QueueState(limits, limits.min_workers)
+                self._queues[name] = _QueueState(limits, limits.min_workers, self._next_rank())
             self._pool = OverflowPool(*self._pool_config(global_max_workers, queues), now=clock())
 
     @classmethod
@@ -205,10 +209,10 @@ class Allocator:
         """The queues with demand that a permit free now would be granted to (most owed first in
         the overflow pool): the dispatchers to wake when capacity comes back."""
         if self._pool is None:
-            return [n for n, s in self._queues.items() if s.active and s.demand > 0 and s.slots.available > 0]
+            return self._waiting_locally()
         if self._headroom() == 0:
             return []
-        local = [n for n, s in self._queues.items() if s.active and s.demand > 0 and s.slots.available > 0]
+        local = self._waiting_locally()
         return list(dict.fromkeys([*local, *self._pool.waiting(now=self._clock())]))
 
     def snapshot(self) -> dict[str, dict[str, int | str]]:
@@ -237,7 +241,7 @@ class Allocator:
         check_count("wanted", wanted)
         if self._pool is None:
             granted = state.slots.try_acquire(wanted)
-            state.demand = wanted - granted
+            self._set_demand(queue, state, wanted - granted)
             return self._permits(queue, "hard", granted)
         now = self._clock()
         headroom = self._headroom()
@@ -248,7 +252,7 @@ class Allocator:
         if overflow > headroom:  # only after a reconfigure left more in flight than the global maximum
             self._pool.release(queue, overflow - headroom, now=now)
             overflow = headroom
-        state.demand = wanted - local - overflow
+        self._set_demand(queue, state, wanted - local - overflow)
         return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
 
     def keepable(self, queue: str, permits: Sequence[Permit]) -> list[Permit]:
@@ -296,7 +300,7 @@ class Allocator:
     def clear_demand(self, queue: str) -> None:
         """The queue found nothing to claim: stop counting it as a contender for the pool."""
         state = self._active(queue)
-        state.demand = 0
+        self._set_demand(queue, state, 0)
         if self._pool is not None:
             self._pool.try_acquire(queue, 0, now=self._clock())
 
@@ -322,7 +326,7 @@ class Allocator:
                 capacity = self._caps.get(name, 0)
             existing = self._queues.get(name)
             if existing is None:
-                self._queues[name] = _QueueState(limits, capacity)
+                self._queues[name] = _QueueState(limits, capacity, self._next_rank())
             else:  # a re-added queue keeps its state, so its outstanding permits still count
                 existing.limits = _frozen(limits)
                 existing.slots.resize(capacity)
@@ -332,6 +336,7 @@ class Allocator:
         # Drop removed queues once nothing of theirs is outstanding.
         for name in [n for n, s in self._queues.items() if not s.active and self._in_flight(s, n) == 0]:
             del self._queues[name]
+            self._demanding.pop(name, None)
 
     # --- helpers -----------------------------------------------------------------
 
@@ -339,6 +344,24 @@ class Allocator:
     def _pool_config(global_max_workers: int, queues: Mapping[str, QueueLimitsLike]) -> tuple[int, dict[str, int]]:
         total = global_max_workers - sum(limits.min_workers for limits in queues.values())
         return total, {name: limits.weight for name, limits in queues.items()}
+
+    def _set_demand(self, queue: str, state: _QueueState, demand: int) -> None:
+        state.demand = demand
+        if demand > 0:
+            self._demanding[queue] = state
+        else:
+            self._demanding.pop(queue, None)
+
+    def _waiting_locally(self) -> list[str]:
+        """Queues with demand and a free slot of their own, in configuration order."""
+        if self._pool is not None and self._global_max_workers == self._pool.total:
+            return []  # no queue has a floor: no local slot to wait for
+        ready = [(s.rank, n) for n, s in self._demanding.items() if s.active and s.slots.available > 0]
+        return [n for _, n in sorted(ready)]
+
+    def _next_rank(self) -> int:
+        self._ranked += 1
+        return self._ranked
 
     def _headroom(self) -> int:
         """Weighted mode: how far the total in flight is below the global maximum."""
@@ -386,6 +409,7 @@ class Allocator:
         state = self._queues.get(queue)
         if state is not None and not state.active and self._in_flight(state, queue) == 0:
             del self._queues[queue]  # a removed queue's last permit is back: forget it
+            self._demanding.pop(queue, None)
         if self.on_release is not None:
             self.on_release(queue)
 

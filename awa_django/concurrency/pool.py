@@ -36,15 +36,25 @@ its permits until it releases them, and gets nothing new until it is below its t
 After a `reconfigure` that shrinks the total below what is held, nothing is granted until
 the sum is back under it.
 
-Cost: a decision is O(c) in the number of contenders c (O(c log c) when the set of
-contenders, a cap, a weight or the total changed since the last one); queues that do not
-contend cost nothing.
+Cost: the pool keeps its state incrementally, so no decision walks every contender.
+Credits run on one shared clock of "share per unit of weight" (`S`), so a change of shares
+settles no one; the water-fill walks buckets of contenders with equal cap per weight (`d`
+of them: distinct `cap/weight` values, few in practice) instead of contenders; the
+remainder goes to the first `R` of per-(held, weight) groups kept sorted by standing, merged
+lazily (`R <= total`). A grant or release is O(log c + d); a ranking is O(R log g) for g
+groups, reused as before while nothing changed. A bucket whose side of the water level
+changes settles its members once. Queues that do not contend cost nothing.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cmp_to_key
 
 from awa_django.concurrency.validation import check_count, is_int
@@ -63,6 +73,9 @@ _CREDIT_TIE = 1e-6
 
 _RankKey = tuple[float, float, float, str]
 
+# How an attached contender's credit is kept (see `_Entry`).
+_UNCAPPED, _CAPPED, _REMOVED = 1, 2, 3
+
 
 def _rank_order(a: _RankKey, b: _RankKey) -> int:
     """Compare two `_rank_key`s: most owed first, owed amounts within `_CREDIT_TIE` tied."""
@@ -74,6 +87,14 @@ def _rank_order(a: _RankKey, b: _RankKey) -> int:
 _RANK = cmp_to_key(_rank_order)
 
 
+def _run(
+    items: list[tuple[float, float, str]], neg_gap: float, start: int, end: int
+) -> Iterator[tuple[float, float, str]]:
+    """One group's queues of equal standing, in tie-break order."""
+    for index in range(start, end):
+        yield (neg_gap, items[index][1], items[index][2])
+
+
 def _checked_weights(weights: Mapping[str, int]) -> dict[str, int]:
     for queue, weight in weights.items():
         if not (is_int(weight) and weight >= 1):
@@ -81,25 +102,43 @@ def _checked_weights(weights: Mapping[str, int]) -> dict[str, int]:
     return dict(weights)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Entry:
-    """One queue's standing in the pool."""
+    """One queue's standing in the pool.
+
+    A contender's credit is `credit` at `stamp` (pool time, `_tau`) plus what it earned since at
+    its current rate, which depends on how it is kept (`kind`): uncapped, it earns its weight
+    times the pool's share clock `S` since `mark` (S at `stamp`) less what it held; capped, its
+    share is its cap and it earns its demand per second; removed (weight 0), nothing.
+    """
 
     weight: int  # 0 once removed by `reconfigure` (it keeps its held permits until released)
+    queue: str = ""
     held: int = 0
     demand: int = 0
     credit: float = 0.0  # slot-seconds below (+) or above (-) its share, up to `stamp`
-    stamp: float = 0.0
+    stamp: float = 0.0  # pool time of `credit`; while not contending, when it left
+    mark: float = 0.0  # the share clock S at `stamp` (uncapped only)
     last_grant: float = float("-inf")
-    share: float = 0.0  # fractional share, valid while the pool's plan is clean
-    floor: int = 0  # integer part of the share (the cap when capped)
-    fractional: bool = False  # the share is not a whole number (exactly, not as a float)
     debt: float = 0.0  # per unit of weight, below the others' average, kept while it does not contend
-    capped: bool = False
+    kind: int = 0  # 0 while detached (or not contending), else _UNCAPPED / _CAPPED / _REMOVED
+    bucket: tuple[int, int] | None = None
+    item: tuple[float, float, str] | None = None  # its place in its rank group (uncapped)
+    part: tuple[float, float, float] = (0.0, 0.0, 0.0)  # its term of the level sums
 
     @property
     def contending(self) -> bool:
         return self.held > 0 or (self.demand > 0 and self.weight > 0)
+
+
+@dataclass(slots=True, eq=False)
+class _Bucket:
+    """Attached contenders with one cap-per-weight ratio: the water-fill caps them all or none."""
+
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    caps: int = 0
+    weights: int = 0
+    capped: bool = False
 
 
 class OverflowPool:
@@ -110,18 +149,58 @@ class OverflowPool:
     caller that never passes time gets the same targets without rotation over time.
     """
 
-    __slots__ = ("_cache", "_contenders", "_entries", "_held_total", "_now", "_remainder", "_total", "_version")
+    __slots__ = (
+        "_buckets",
+        "_cache",
+        "_contenders",
+        "_entries",
+        "_floors",
+        "_groups",
+        "_held_total",
+        "_left",
+        "_level_at",
+        "_now",
+        "_order",
+        "_origin",
+        "_rate",
+        "_remainder",
+        "_removed_held",
+        "_s_stamp",
+        "_s_value",
+        "_sums",
+        "_total",
+        "_unc_weight",
+        "_unc_weights",
+        "_version",
+        "_weight_all",
+    )
 
     def __init__(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         check_count("total", total)
         self._total = total
-        self._entries: dict[str, _Entry] = {q: _Entry(w) for q, w in _checked_weights(weights).items()}
+        self._entries: dict[str, _Entry] = {q: _Entry(w, q) for q, w in _checked_weights(weights).items()}
         self._contenders: dict[str, _Entry] = {}
         self._held_total = 0
         self._now = 0.0 if now is None else now
+        # Pool time runs from here, so the share clock and credits stay small numbers whatever the clock.
+        self._origin = self._now
         self._remainder = 0
         self._version = 0
-        self._cache: tuple[int, float, dict[str, int]] | None = None
+        self._cache: tuple[int, float, list[str], frozenset[str]] | None = None
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
+        self._order: list[tuple[float, int, int]] = []  # bucket keys by cap per weight, ascending
+        self._groups: dict[tuple[int, int], list[tuple[float, float, str]]] = {}  # (held, weight) -> items
+        self._unc_weights: Counter[int] = Counter()
+        self._unc_weight = 0
+        self._weight_all = 0
+        self._removed_held = 0
+        self._left = 0
+        self._rate = 0.0  # share per unit of weight of the uncapped contenders
+        self._s_value = 0.0
+        self._s_stamp = 0.0
+        self._floors: dict[int, tuple[int, bool]] = {}
+        self._sums = [0.0, 0.0, 0.0, 0]  # the level: sum P, sum Q (x S), sum R (x t), count
+        self._level_at: tuple[float, float] | None = None
 
     def __repr__(self) -> str:
         held = {q: e.held for q, e in self._entries.items()}
@@ -161,13 +240,13 @@ class OverflowPool:
         """The queue's fractional share now (0 while it does not contend)."""
         self._known(queue)
         entry = self._contenders.get(queue)
-        return 0.0 if entry is None else entry.share
+        return 0.0 if entry is None else self._share(entry)
 
     def credit(self, queue: str, *, now: float | None = None) -> float:
         """Slot-seconds the queue is owed (+) or has had beyond its share (-) while contending."""
         entry = self._known(queue)
-        now = self._advance(now)
-        return self._credit(entry, now) if queue in self._contenders else 0.0
+        self._advance(now)
+        return self._credit(entry, self._tau()) if queue in self._contenders else 0.0
 
     def target(self, queue: str, *, now: float | None = None) -> int:
         """How many overflow permits the queue may hold now (0 while it does not contend)."""
@@ -182,15 +261,17 @@ class OverflowPool:
         saved, large = entry.demand, max(self._total, 1)
         if saved >= large:
             return self._target(queue, now)
-        self._set_demand(entry, queue, large, now)
+        self._set_demand(entry, large)
         try:
             return self._target(queue, now)
         finally:
-            self._set_demand(entry, queue, saved, now)
+            self._set_demand(entry, saved)
 
     def grantable(self, queue: str, *, now: float | None = None) -> int:
         """What `try_acquire(queue, n)` would grant now for a large `n`, changing nothing."""
         entry = self._known(queue)
+        if self.available == 0:
+            return 0  # nothing is free: no need to rank anyone
         return max(0, min(self.available, self.fair_share(queue, now=now) - entry.held))
 
     def waiting(self, *, now: float | None = None) -> list[str]:
@@ -199,12 +280,22 @@ class OverflowPool:
         now = self._advance(now)
         if self.available == 0:
             return []
-        targets = self._targets(now)
-        below = [
-            (e, q) for q, e in self._contenders.items() if e.demand > 0 and e.weight > 0 and e.held < targets.get(q, 0)
-        ]
-        below.sort(key=lambda pair: _RANK(self._rank_key(pair[1], pair[0], now)))
-        return [q for _, q in below]
+        top, _ = self._top(now)
+        below: list[_Entry] = []
+        for bucket in self._buckets.values():
+            if bucket.capped:  # a capped queue's target is its cap: it is below it while it has demand
+                below.extend(e for e in bucket.entries.values() if e.demand > 0)
+        for (held, weight), items in self._groups.items():
+            if items and held < self._floor(weight)[0]:
+                below.extend(self._entries[item[2]] for item in items)
+        entries = self._entries
+        rest = [q for q in top if entries[q].held == self._floor(entries[q].weight)[0] and entries[q].demand > 0]
+        if not below:
+            return rest  # already most owed first
+        below.extend(entries[q] for q in rest)
+        tau = self._tau()
+        below.sort(key=lambda e: _RANK(self._rank_key(e, tau, now)))
+        return [e.queue for e in below]
 
     def keepable(self, queue: str, returning: int, *, now: float | None = None) -> int:
         """Of `returning` permits the queue is about to give back, how many it may keep for its
@@ -214,10 +305,10 @@ class OverflowPool:
         if returning > entry.held:
             raise ValueError(f"queue {queue!r} cannot return {returning} overflow permits: it holds {entry.held}")
         now = self._advance(now)
-        if entry.demand == 0:
+        free = self._total - (self._held_total - returning)
+        if entry.demand == 0 or free <= 0:
             return 0
         target = self._target(queue, now)
-        free = self._total - (self._held_total - returning)
         return max(0, min(returning, free, target - (entry.held - returning)))
 
     # --- changing ----------------------------------------------------------------
@@ -231,16 +322,18 @@ class OverflowPool:
         entry = self._known(queue)
         check_count("wanted", wanted)
         now = self._advance(now)
-        self._set_demand(entry, queue, wanted, now)
-        if wanted == 0:
-            return 0
+        self._set_demand(entry, wanted)
+        if wanted == 0 or self._held_total >= self._total:
+            return 0  # nothing is free: no need to rank anyone
         granted = max(0, min(wanted, self.available, self._target(queue, now) - entry.held))
         if granted:
             # held + demand (the cap) is unchanged, and with it every share.
-            self._settle(entry, now)
+            tau = self._tau()
+            self._detach(entry, tau)
             entry.held += granted
             entry.demand = wanted - granted
             entry.last_grant = now
+            self._attach(entry, tau)
             self._held_total += granted
             self._version += 1
         return granted
@@ -254,17 +347,21 @@ class OverflowPool:
             raise ValueError(f"queue {queue!r} cannot release {n} overflow permits: it holds {entry.held}")
         if n == 0:
             return
-        now = self._advance(now)
-        self._settle(entry, now)
+        self._advance(now)
+        tau = self._tau()
+        self._detach(entry, tau)
         entry.held -= n
         self._held_total -= n
         self._version += 1
         if entry.demand > 0 and entry.weight > 0:
             entry.demand += n
+            self._attach(entry, tau)
             return
-        self._settle_all(now)
-        self._update_membership(queue, entry)
-        self._plan()
+        if entry.contending:
+            self._attach(entry, tau)
+        else:
+            self._leave(entry, tau)
+        self._plan(tau)
 
     def observe(self, uses: Mapping[str, tuple[int, int]], *, now: float | None = None) -> None:
         """Set each named queue's held count and demand at once, as measured elsewhere: the
@@ -276,15 +373,18 @@ class OverflowPool:
             check_count("held", held)
             check_count("demand", demand)
         now = self._advance(now)
-        self._settle_all(now)
+        tau = self._tau()
         for queue, (held, demand) in uses.items():
             entry = self._entries[queue]
+            was = queue in self._contenders
+            if was:
+                self._detach(entry, tau)
             if held > entry.held:
                 entry.last_grant = now
             self._held_total += held - entry.held
             entry.held, entry.demand = held, demand
-            self._update_membership(queue, entry)
-        self._plan()
+            self._rejoin(entry, was, tau)
+        self._plan(tau)
 
     def reconfigure(self, total: int, weights: Mapping[str, int], *, now: float | None = None) -> None:
         """Change the total and the weights live; validated before anything changes.
@@ -294,142 +394,342 @@ class OverflowPool:
         """
         check_count("total", total)
         new_weights = _checked_weights(weights)
-        now = self._advance(now)
-        self._settle_all(now)
+        self._advance(now)
+        tau = self._tau()
+        for entry in self._contenders.values():
+            self._detach(entry, tau)
+        self._sums = [0.0, 0.0, 0.0, 0]  # every term is out; start the sums afresh
+        self._level_at = None
         self._total = total
         for queue, entry in list(self._entries.items()):
             if queue not in new_weights:
                 entry.weight = 0
                 entry.demand = 0
-                self._update_membership(queue, entry)
+                if queue in self._contenders and not entry.contending:
+                    self._leave(entry, tau)
+                elif not entry.contending:
+                    del self._entries[queue]
         for queue, weight in new_weights.items():
-            entry = self._entries.setdefault(queue, _Entry(weight, stamp=now))
+            entry = self._entries.setdefault(queue, _Entry(weight, queue, stamp=tau))
             entry.weight = weight
-        self._plan()
+        for entry in self._contenders.values():
+            self._attach(entry, tau)
+        self._plan(tau)
 
     # --- the rule ------------------------------------------------------------------
 
-    def _set_demand(self, entry: _Entry, queue: str, demand: int, now: float) -> None:
+    def _set_demand(self, entry: _Entry, demand: int) -> None:
         if entry.demand != demand:
-            self._settle_all(now)
+            tau = self._tau()
+            was = entry.queue in self._contenders
+            if was:
+                self._detach(entry, tau)
             entry.demand = demand
-            self._update_membership(queue, entry)
-            self._plan()
+            self._rejoin(entry, was, tau)
+            self._plan(tau)
 
-    def _update_membership(self, queue: str, entry: _Entry) -> None:
-        """Keep `_contenders` in step with `entry.contending`.
+    def _rejoin(self, entry: _Entry, was: bool, tau: float) -> None:
+        """After a detached change: join, stay (attached again) or leave, as `entry.contending` says."""
+        if entry.contending:
+            if not was:
+                self._join(entry, tau)
+            self._attach(entry, tau)
+        elif was:
+            self._leave(entry, tau)
 
-        A queue that joins starts level, per unit of weight, with the average contender, less
+    def _join(self, entry: _Entry, tau: float) -> None:
+        """A queue that joins starts level, per unit of weight, with the average contender, less
         any debt it left with: a queue that stops contending (it ran dry, or out of rate tokens)
         loses what it was owed ("use it or lose it"), but what it took beyond its share is still
         owed when it comes back (halving every DEBT_HALF_LIFE seconds away), so a queue that
-        contends in bursts cannot take more than its share by leaving between them.
-        """
-        if entry.contending:
-            if queue not in self._contenders:
-                away = max(0.0, self._now - entry.stamp)  # stamp: when it left
-                debt = entry.debt * 0.5 ** (away / DEBT_HALF_LIFE)
-                entry.credit = (self._level() + debt) * entry.weight
-                entry.debt = 0.0
-                entry.stamp = self._now
-                self._contenders[queue] = entry
-        elif self._contenders.pop(queue, None) is not None:
-            if entry.weight > 0:
-                entry.debt = min(0.0, entry.credit / entry.weight - self._level())
-            entry.credit = 0.0
-            entry.stamp = self._now
-        if not entry.contending and entry.weight == 0:
-            del self._entries[queue]
+        contends in bursts cannot take more than its share by leaving between them."""
+        away = max(0.0, tau - entry.stamp)  # stamp: when it left
+        debt = entry.debt * 0.5 ** (away / DEBT_HALF_LIFE)
+        entry.credit = (self._level(tau) + debt) * entry.weight
+        if debt:
+            self._level_at = None  # joining at the level leaves the average as it was; a debt moves it
+        entry.debt = 0.0
+        entry.stamp = tau
+        self._contenders[entry.queue] = entry
 
-    def _level(self) -> float:
+    def _leave(self, entry: _Entry, tau: float) -> None:
+        """A detached contender stops contending (see `_join`); a removed queue is forgotten."""
+        del self._contenders[entry.queue]
+        self._level_at = None
+        if entry.weight > 0:
+            entry.debt = min(0.0, entry.credit / entry.weight - self._level(tau))
+        entry.credit = 0.0
+        entry.stamp = tau
+        if entry.weight == 0:
+            del self._entries[entry.queue]
+
+    def _level(self, tau: float) -> float:
         """The contenders' average credit per unit of weight (0 when none contends)."""
-        others = [e for e in self._contenders.values() if e.weight > 0]
-        return sum(e.credit / e.weight for e in others) / len(others) if others else 0.0
+        cached = self._level_at
+        if cached is not None and cached[0] == tau:
+            return cached[1]
+        p, q, r, n = self._sums
+        level = (p + q * self._share_clock(tau) + r * tau) / n if n else 0.0
+        self._level_at = (tau, level)
+        return level
 
-    def _plan(self) -> None:
-        """Recompute the fractional shares and their floors (weighted water-fill). Every credit
-        must have been settled up to now under the old shares first."""
+    def _share_clock(self, tau: float) -> float:
+        """S: slot-seconds per unit of weight an uncapped contender has been due since the origin."""
+        return self._s_value + self._rate * (tau - self._s_stamp)
+
+    def _credit(self, entry: _Entry, tau: float) -> float:
+        """An attached contender's credit at pool time `tau`."""
+        if entry.kind == _UNCAPPED:
+            return (
+                entry.credit
+                + entry.weight * (self._share_clock(tau) - entry.mark)
+                - entry.held * max(0.0, tau - entry.stamp)
+            )
+        if entry.kind == _CAPPED:
+            return entry.credit + entry.demand * max(0.0, tau - entry.stamp)
+        return entry.credit
+
+    def _detach(self, entry: _Entry, tau: float) -> None:
+        """Settle a contender's credit at `tau` and take it out of every structure (it stays in
+        `_contenders`), before its held count, demand or weight changes."""
+        kind = entry.kind
+        if kind == 0:
+            return
+        entry.credit = self._credit(entry, tau)
+        entry.stamp = tau
+        entry.kind = 0
+        if kind == _REMOVED:
+            self._removed_held -= entry.held
+            return
+        self._unterm(entry)
+        if kind == _UNCAPPED:
+            self._ungroup(entry)
+        key = entry.bucket
+        assert key is not None
+        bucket = self._buckets[key]
+        del bucket.entries[entry.queue]
+        bucket.caps -= entry.held + entry.demand
+        bucket.weights -= entry.weight
+        self._weight_all -= entry.weight
+        entry.bucket = None  # an emptied bucket stays, on its side of the level, until `_plan`
+
+    def _attach(self, entry: _Entry, tau: float) -> None:
+        """Put a detached contender (credit settled at `tau`) back: into the bucket of its cap per
+        weight, kept as that bucket is until `_plan` moves the bucket across the water level."""
+        entry.stamp = tau
+        if entry.weight == 0:
+            entry.kind = _REMOVED
+            self._removed_held += entry.held
+            return
+        cap = entry.held + entry.demand
+        divisor = math.gcd(cap, entry.weight)
+        key = (cap // divisor, entry.weight // divisor)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket()
+            insort(self._order, (key[0] / key[1], *key))
+        bucket.entries[entry.queue] = entry
+        bucket.caps += cap
+        bucket.weights += entry.weight
+        self._weight_all += entry.weight
+        entry.bucket = key
+        self._keep(entry, _CAPPED if bucket.capped else _UNCAPPED, tau)
+
+    def _keep(self, entry: _Entry, kind: int, tau: float) -> None:
+        """Keep an attached contender's settled credit as `kind`: its level term and rank group."""
+        entry.kind = kind
+        w = entry.weight
+        if kind == _UNCAPPED:
+            entry.mark = self._share_clock(tau)
+            h = entry.held / w
+            standing = entry.credit / w - entry.mark + h * tau  # credit per weight at t is this + S(t) - h t
+            entry.part = (standing, 1.0, -h)
+            entry.item = (-standing, entry.last_grant, entry.queue)
+            insort(self._groups.setdefault((entry.held, w), []), entry.item)
+            self._unc_weights[w] += 1
+            self._unc_weight += w
+        else:
+            g = entry.demand / w
+            entry.part = (entry.credit / w - g * tau, 0.0, g)
+        sums = self._sums
+        sums[0] += entry.part[0]
+        sums[1] += entry.part[1]
+        sums[2] += entry.part[2]
+        sums[3] += 1
+
+    def _unterm(self, entry: _Entry) -> None:
+        sums = self._sums
+        sums[3] -= 1
+        if sums[3] == 0:
+            self._sums = [0.0, 0.0, 0.0, 0]  # exactly empty, whatever the rounding of the terms
+            return
+        sums[0] -= entry.part[0]
+        sums[1] -= entry.part[1]
+        sums[2] -= entry.part[2]
+
+    def _ungroup(self, entry: _Entry) -> None:
+        items = self._groups[(entry.held, entry.weight)]
+        assert entry.item is not None
+        del items[bisect_left(items, entry.item)]
+        if not items:
+            del self._groups[(entry.held, entry.weight)]
+        entry.item = None
+        self._unc_weights[entry.weight] -= 1
+        if not self._unc_weights[entry.weight]:
+            del self._unc_weights[entry.weight]
+        self._unc_weight -= entry.weight
+
+    def _plan(self, tau: float) -> None:
+        """Recompute the weighted water-fill over the buckets, moving the buckets that cross the
+        water level (each member settled under the old rate first)."""
         self._version += 1
-        entries = list(self._contenders.values())
-        for e in entries:
-            e.share, e.floor, e.capped, e.fractional = float(e.held), e.held, True, False
+        self._s_value = self._share_clock(tau)
+        self._s_stamp = tau
+        empty = [key for key, bucket in self._buckets.items() if not bucket.entries]
+        for key in empty:
+            del self._buckets[key]
+            del self._order[bisect_left(self._order, (key[0] / key[1], *key))]
         # Removed queues (weight 0) keep what they hold and take no part in the split.
-        fill = sorted((e for e in entries if e.weight > 0), key=lambda e: (e.held + e.demand) / e.weight)
-        left = self._total - sum(e.held for e in entries if e.weight == 0)
-        weight = sum(e.weight for e in fill)
-        index = 0
-        while index < len(fill):
-            e = fill[index]
-            cap = e.held + e.demand
-            if left <= 0 or cap * weight > left * e.weight:
+        left = self._total - self._removed_held
+        weight = self._weight_all
+        capped = 0
+        for _, cap, per in self._order:
+            if left <= 0 or cap * weight > left * per:
                 break
-            e.share, e.floor, e.capped, e.fractional = float(cap), cap, True, False
-            left -= cap
-            weight -= e.weight
-            index += 1
-        left = max(0, left)
-        floors = 0
-        for e in fill[index:]:
-            e.share = left * e.weight / weight
-            e.floor, rest = divmod(left * e.weight, weight)  # exact, whatever the float rounding
-            e.fractional = rest > 0
-            e.capped = False
-            floors += e.floor
-        self._remainder = left - floors if index < len(fill) else 0
+            bucket = self._buckets[(cap, per)]
+            left -= bucket.caps
+            weight -= bucket.weights
+            capped += 1
+        for index, (_, cap, per) in enumerate(self._order):
+            bucket = self._buckets[(cap, per)]
+            if bucket.capped != (index < capped):
+                self._flip(bucket, tau)
+        self._left = left = max(0, left)
+        self._rate = left / self._unc_weight if self._unc_weight else 0.0
+        self._floors = {}
+        self._remainder = (
+            left - sum(n * self._floor(w)[0] for w, n in self._unc_weights.items()) if self._unc_weight else 0
+        )
 
-    def _targets(self, now: float) -> dict[str, int]:
-        """Every contender's integer target. Reused while nothing changed and the clock moved
-        less than `_RERANK_AFTER` (credits drift by at most that many slot-seconds meanwhile),
-        so a storm of dispatchers asking at once costs one ranking, not one each."""
-        cached = self._cache
-        if cached is not None and cached[0] == self._version and 0 <= now - cached[1] <= _RERANK_AFTER:
-            return cached[2]
-        targets = {q: e.floor for q, e in self._contenders.items()}
-        if self._remainder > 0:
-            for *_, queue in sorted(self._ranked(now), key=_RANK)[: self._remainder]:
-                targets[queue] += 1
-        self._cache = (self._version, now, targets)
-        return targets
+    def _flip(self, bucket: _Bucket, tau: float) -> None:
+        bucket.capped = not bucket.capped
+        for entry in bucket.entries.values():
+            entry.credit = self._credit(entry, tau)
+            entry.stamp = tau
+            self._unterm(entry)
+            if entry.kind == _UNCAPPED:
+                self._ungroup(entry)
+            self._keep(entry, _CAPPED if bucket.capped else _UNCAPPED, tau)
+
+    def _floor(self, weight: int) -> tuple[int, bool]:
+        """An uncapped contender's integer share by weight, and whether a fraction is left over:
+        exact, whatever the float rounding."""
+        known = self._floors.get(weight)
+        if known is None:
+            whole, rest = divmod(self._left * weight, self._unc_weight)
+            known = self._floors[weight] = (whole, rest > 0)
+        return known
+
+    def _share(self, entry: _Entry) -> float:
+        if entry.kind == _UNCAPPED:
+            return self._left * entry.weight / self._unc_weight
+        if entry.kind == _CAPPED:
+            return float(entry.held + entry.demand)
+        return float(entry.held)
 
     def _target(self, queue: str, now: float) -> int:
         """One contender's target (0 for a queue that does not contend)."""
         entry = self._contenders.get(queue)
         if entry is None:
             return 0
-        if self._remainder <= 0 or not entry.fractional:
-            return entry.floor
-        return self._targets(now)[queue]
+        if entry.kind != _UNCAPPED:
+            return entry.held + (entry.demand if entry.kind == _CAPPED else 0)
+        whole, fractional = self._floor(entry.weight)
+        if self._remainder <= 0 or not fractional:
+            return whole
+        return whole + (queue in self._top(now)[1])
 
-    def _ranked(self, now: float) -> list[_RankKey]:
-        """Sort keys (`_rank_key`) of the contenders whose share has a fractional part."""
-        return [self._rank_key(queue, e, now) for queue, e in self._contenders.items() if e.fractional]
+    def _top(self, now: float) -> tuple[list[str], frozenset[str]]:
+        """The `_remainder` uncapped contenders with a fractional share that get one slot over
+        their floor, most owed first. Reused while nothing changed and the clock moved less than
+        `_RERANK_AFTER` (credits drift by at most that many slot-seconds meanwhile), so a storm of
+        dispatchers asking at once costs one ranking, not one each.
 
-    @staticmethod
-    def _rank_key(queue: str, e: _Entry, now: float) -> _RankKey:
+        Each group of equal held count and weight is kept sorted by standing, which time does not
+        reorder; the groups are merged lazily until `_remainder` are taken and the run of owed
+        amounts within `_CREDIT_TIE` of the last one is complete; within such a run the
+        tie-breaks decide. Queues with one standing in a group (as queues that joined at once
+        have) are taken as a block, already in tie-break order."""
+        cached = self._cache
+        if cached is not None and cached[0] == self._version and 0 <= now - cached[1] <= _RERANK_AFTER:
+            return cached[2], cached[3]
+        wanted = self._remainder
+        order: list[str] = []
+        if wanted > 0:
+            tau = self._tau()
+            clock = self._share_clock(tau)
+            heap: list[tuple[float, float, float, str, int, int]] = []
+            groups: list[tuple[list[tuple[float, float, str]], float, float]] = []
+            for (held, weight), items in self._groups.items():
+                if not self._floor(weight)[1]:
+                    continue
+                shift = clock - held / weight * tau
+                gap = self._left * weight / self._unc_weight - held
+                groups.append((items, shift, gap))
+                head = items[0]
+                heapq.heappush(heap, (head[0] - shift, -gap, head[1], head[2], len(groups) - 1, 0))
+            # runs: (owed, -gap, group, start, end), in merged order
+            runs: list[tuple[float, float, int, int, int]] = []
+            taken = 0
+            while heap:
+                neg_owed, neg_gap, _, _, g, start = heap[0]
+                owed = -neg_owed
+                if taken >= wanted and runs[-1][0] - owed > _CREDIT_TIE:
+                    break
+                heapq.heappop(heap)
+                items, shift, _ = groups[g]
+                end = bisect_right(items, (items[start][0], math.inf))
+                runs.append((owed, neg_gap, g, start, end))
+                taken += end - start
+                if end < len(items):
+                    head = items[end]
+                    heapq.heappush(heap, (head[0] - shift, neg_gap, head[1], head[2], g, end))
+            chain: list[tuple[float, float, int, int, int]] = []
+            for run in [*runs, None]:
+                if run is not None and (not chain or chain[-1][0] - run[0] <= _CREDIT_TIE):
+                    chain.append(run)
+                    continue
+                size = sum(end - start for *_, start, end in chain)
+                count = min(wanted - len(order), size)
+                if len(chain) == 1:  # one block of one standing: already in tie-break order
+                    _, _, g, start, _ = chain[0]
+                    order.extend(item[2] for item in groups[g][0][start : start + count])
+                else:
+                    runs_of = (_run(groups[g][0], neg_gap, start, end) for _, neg_gap, g, start, end in chain)
+                    order.extend(item[2] for item in itertools.islice(heapq.merge(*runs_of), count))
+                if len(order) >= wanted or run is None:
+                    break
+                chain = [run]
+            del order[wanted:]
+        top = (order, frozenset(order))
+        self._cache = (self._version, now, *top)
+        return top
+
+    def _rank_key(self, e: _Entry, tau: float, now: float) -> _RankKey:
         """Most owed per unit of weight first; on a tie (within `_CREDIT_TIE`, see `_rank_order`) the
         one furthest below its share now, then the one granted longest ago (so ties rotate instead of
         going to the first-configured queue)."""
-        gap = e.share - e.held
-        owed = (e.credit + gap * max(0.0, now - e.stamp)) / max(e.weight, 1)
-        return (-owed, -gap, e.last_grant, queue)
-
-    def _credit(self, entry: _Entry, now: float) -> float:
-        return entry.credit + (entry.share - entry.held) * max(0.0, now - entry.stamp)
-
-    def _settle(self, entry: _Entry, now: float) -> None:
-        """Bring one contender's credit up to `now`, before its held count or share changes."""
-        if entry.stamp < now:
-            entry.credit = self._credit(entry, now)
-            entry.stamp = now
-
-    def _settle_all(self, now: float) -> None:
-        for entry in self._contenders.values():
-            self._settle(entry, now)
+        gap = self._share(e) - e.held
+        owed = self._credit(e, tau) / max(e.weight, 1)
+        return (-owed, -gap, e.last_grant, e.queue)
 
     def _advance(self, now: float | None) -> float:
         if now is not None and now > self._now:
             self._now = now
         return self._now
+
+    def _tau(self) -> float:
+        return self._now - self._origin
 
     # --- helpers -----------------------------------------------------------------
 

@@ -5,8 +5,9 @@ running) and handed_back (at shutdown) at INFO; failed, cancelled, lost and resc
 with the error (a job failed for a kind with no handler says so).
 Every line carries structured ``extra`` fields, so a JSON formatter or structlog gets them as
 keys: ``job_id``, ``kind``, ``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
-``sink.OUTCOMES``), and where they apply ``error`` and ``delay_s``. The message repeats them as
-``key=value`` for plain-text logs.
+``sink.OUTCOMES``), and where they apply ``workflow_id`` (a workflow's step), ``error`` and ``delay_s``.
+The message repeats them as ``key=value`` for plain-text logs. Metrics carry no workflow label:
+workflow ids are unbounded, and each would start new series.
 
 The level is checked before anything is built, so a completed job costs one ``isEnabledFor`` call
 when DEBUG is off.
@@ -57,6 +58,7 @@ def log_job(
     error: str | None = None,
     delay_s: float | None = None,
     note: str = "",
+    workflow_id: int | None = None,
 ) -> None:
     """Write one outcome line (if its level is enabled)."""
     level = LEVELS[outcome]
@@ -72,6 +74,10 @@ def log_job(
     }
     message = "job %s job_id=%s kind=%s queue=%s attempt=%s"
     args: list[Any] = [outcome, job_id, kind, queue, attempt]
+    if workflow_id is not None:
+        fields["workflow_id"] = workflow_id
+        message += " workflow_id=%s"
+        args.append(workflow_id)
     if duration_ms is not None:
         message += " duration_ms=%.1f"
         args.append(duration_ms)
@@ -124,4 +130,5 @@ def report_outcome(
             error=error_text(outcome),
             delay_s=outcome.delay if name in ("retried", "snoozed") else None,
             note=note,
+            workflow_id=job.workflow_id,
         )

@@ -4,8 +4,9 @@ count, when the group was first and last seen, and its job ids, so a group can b
 discarded as one.
 
 Reads at most ``WINDOW`` failed jobs, the most recently finalised, through ``awa_job_finalized_idx``
-(the page says so when there are more): never a scan of the whole table. Only the last error entry
-of each job is read.
+(the page says so when there are more): a backward scan of the index that stops after ``WINDOW + 1``
+entries, never a sort of every failed job. A failed job with no ``finalized_at`` (only a hand-written
+row has none) counts as the latest. Only the last error entry of each job is read.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def failure_groups(window: int = WINDOW) -> Triage:
     rows = list(
         Job.objects.using(database_alias())
         .filter(state=JobState.FAILED)
-        .order_by(F("finalized_at").desc(nulls_last=True), "-id")
+        # DESC with Postgres's default NULLS FIRST: the order of a backward scan of the index, so
+        # the read stops after window + 1 entries; NULLS LAST would sort every failed job first.
+        .order_by(F("finalized_at").desc(), "-id")
         .annotate(last_error=KT("errors__-1__error"), last_exception=KT("errors__-1__exception"))
         .values_list("id", "kind", "finalized_at", "last_error", "last_exception")[: window + 1]
     )

@@ -3,7 +3,8 @@ they are shown (``format_age``).
 
 The counts use the ORM with each state in its own branch, compared to a literal, so that Postgres
 can use the partial indexes on awa_job and never reads the completed and cancelled rows (the bulk
-of a busy table); throughput reads finished rows by ``finalized_at`` through awa_job_finalized_idx.
+of a busy table); throughput reads the history rollup's per-queue minutes (awa_history) and only
+the last minute or two of finished rows, by ``finalized_at`` through awa_job_finalized_idx.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import CharField, Count, Min, QuerySet, Value
+from django.db.models import CharField, Count, Min, Q, QuerySet, Value
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from awa_django.models import Job, JobState, Queue, WorkerInstance
+from awa_django.models import HistoryDimension, HistoryMark, HistoryMinute, Job, JobState, Queue, WorkerInstance
 from awa_django.services.cluster import QueueCapacity, capacities_by_queue, live_workers, mode_label
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
@@ -184,11 +185,17 @@ def queue_stats(
 
 @dataclass
 class Throughput:
-    """Jobs finalised per minute over a window: ``{queue: {state: [n per minute, oldest first]}}``."""
+    """Jobs finalised per minute over a window: ``{queue: {state: [n per minute, oldest first]}}``.
+
+    ``closed_through``: the history rollup's watermark (None: it never ran, so only the minutes
+    read live from awa_job are counted); ``live_from``: the first minute read from awa_job.
+    """
 
     start: datetime
     minutes: int
     series: dict[str, dict[str, list[int]]]
+    closed_through: datetime | None = None
+    live_from: datetime | None = None
 
     def total(self, state: str) -> list[int]:
         out = [0] * self.minutes
@@ -197,31 +204,64 @@ class Throughput:
                 out[i] += n
         return out
 
+    @property
+    def rolled_up(self) -> bool:
+        """The rollup has run at least once."""
+        return self.closed_through is not None
+
+    @property
+    def behind(self) -> bool:
+        """The rollup's watermark lags the live minutes: the minutes between are what its last round
+        saw (a round runs every HISTORY_EVERY seconds while a maintenance leader is up)."""
+        return self.closed_through is not None and self.live_from is not None and self.closed_through < self.live_from
+
+
+LIVE_MINUTES = 2  # minutes read from awa_job: the rollup's watermark trails the clock by its grace
+
 
 def throughput(minutes: int = 60, now: datetime | None = None) -> Throughput:
-    """Completed and failed jobs per minute and queue over the last ``minutes``, in one query.
+    """Completed and failed jobs per minute and queue over the last ``minutes``, in two queries.
 
-    Uses awa_job_finalized_idx (state, finalized_at) for the range.
+    The minutes before the rollup's watermark (at most ``LIVE_MINUTES`` before the current one)
+    come from awa_history's per-queue rows, including the shared ``""`` bucket of the queues beyond
+    the busiest HISTORY_TOP of a minute (counted in the totals, not in a queue's own series); the
+    rest, at most ``LIVE_MINUTES``, from awa_job through awa_job_finalized_idx (state,
+    finalized_at): a range of a minute or two, never the hour.
     """
     now = now or timezone.now()
-    end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    alias = database_alias()
+    current = now.replace(second=0, microsecond=0)
+    end = current + timedelta(minutes=1)
     start = end - timedelta(minutes=minutes)
-    rows = (
-        Job.objects.using(database_alias())
-        .filter(state__in=[JobState.COMPLETED, JobState.FAILED], finalized_at__gte=start, finalized_at__lt=end)
+    mark = HistoryMark.objects.using(alias).filter(pk=1).values_list("closed_through", flat=True).first()
+    live_from = max(current - timedelta(minutes=LIVE_MINUTES - 1), min(mark or current, current), start)
+    rolled = (
+        HistoryMinute.objects.using(alias)
+        .filter(dimension=HistoryDimension.QUEUE, minute__gte=start, minute__lt=live_from)
+        .filter(Q(completed__gt=0) | Q(failed__gt=0))
+        .order_by()
+        .values_list("name", "minute", "completed", "failed")
+    )
+    live = (
+        Job.objects.using(alias)
+        .filter(state__in=[JobState.COMPLETED, JobState.FAILED], finalized_at__gte=live_from, finalized_at__lt=end)
         .order_by()
         .annotate(minute=Trunc("finalized_at", "minute"))
-        .values("queue", "state", "minute")
-        .annotate(n=Count("*"))
-        .values_list("queue", "state", "minute", "n")
+        .values("queue", "minute")
+        .annotate(
+            n_completed=Count("id", filter=Q(state=JobState.COMPLETED)),
+            n_failed=Count("id", filter=Q(state=JobState.FAILED)),
+        )
+        .values_list("queue", "minute", "n_completed", "n_failed")
     )
     series: dict[str, dict[str, list[int]]] = {}
-    for queue, state, minute, n in rows:
+    for queue, minute, completed, failed in rolled.union(live, all=True):
         index = int((minute - start).total_seconds() // 60)
         if 0 <= index < minutes:
             per_state = series.setdefault(queue, {s: [0] * minutes for s in (JobState.COMPLETED, JobState.FAILED)})
-            per_state[state][index] += n
-    return Throughput(start=start, minutes=minutes, series=series)
+            per_state[JobState.COMPLETED][index] += completed
+            per_state[JobState.FAILED][index] += failed
+    return Throughput(start=start, minutes=minutes, series=series, closed_through=mark, live_from=live_from)
 
 
 def estimated_job_count() -> int | None:

@@ -50,5 +50,8 @@ QUEUES_CHANNEL = "awa_queues"
 CANCEL_CHANNEL = "awa_cancel"
 # A job someone awaits (awa_job_waiter) ended: payload the job id (awa_release_jobs sends it).
 DONE_CHANNEL = "awa_done"
+# Attempts of capped fair keys ended: payload the JSON array [queue, key] (notify_freed_keys); a
+# worker whose keyed claims that key's cap held back claims again.
+FREED_KEYS_CHANNEL = "awa_freed_keys"
 # The LISTEN connection's health check: it NOTIFYs itself here and expects the echo back in time.
 LISTEN_PING_CHANNEL = "awa_listen_ping"

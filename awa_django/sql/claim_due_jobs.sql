@@ -52,4 +52,4 @@ SET state = 'running',
     deadline_at = NULL
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.fair_key
+RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.fair_key, j.workflow_id

@@ -53,4 +53,4 @@ SET state = 'running',
     deadline_at = statement_timestamp() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM statement_timestamp() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key
+    EXTRACT(EPOCH FROM statement_timestamp() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key, j.workflow_id

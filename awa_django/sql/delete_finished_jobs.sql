@@ -1,7 +1,13 @@
 -- delete_finished_jobs: retention; delete one batch of jobs of one finished state finalised before
--- the cutoff. Parameters: state (text: completed, failed or cancelled), older_than (interval),
--- limit (int). Index: awa_job_finalized_idx (state, finalized_at). Locking: SKIP LOCKED; the caller
--- loops until a batch comes back short.
+-- the cutoff, with their in-edges (awa_job_edge rows whose downstream they are), and the workflow
+-- rows left without a job. Parameters: state (text: completed, failed or cancelled), older_than
+-- (interval), limit (int). Returns one row per deleted job (the caller counts rowcount).
+-- Index: awa_job_finalized_idx (state, finalized_at); awa_job_edge_downstream_idx; awa_job_workflow_idx.
+-- Edges: a finished job's out-edges were consumed when it ended; each goes with its downstream's
+--   deletion (its in-edge then), so a job still alive keeps the edge naming an upstream that is gone
+--   (context.upstreams() reports it with no state) and no edge outlives both ends.
+-- Workflows: the CTEs share one snapshot, so "no job left" excludes this batch's ids explicitly.
+-- Locking: SKIP LOCKED on the jobs; the caller loops until a batch comes back short.
 WITH old AS (
     SELECT id
     FROM awa_job
@@ -10,7 +16,20 @@ WITH old AS (
       AND finalized_at < now() - %(older_than)s::interval
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM awa_job AS j
+    USING old
+    WHERE j.id = old.id
+    RETURNING j.id, j.workflow_id
+), edges AS (
+    DELETE FROM awa_job_edge AS e
+    WHERE e.downstream_id = ANY(ARRAY(SELECT id FROM gone WHERE workflow_id IS NOT NULL))
+), flows AS (
+    DELETE FROM awa_workflow AS w
+    WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM gone WHERE workflow_id IS NOT NULL))
+      AND NOT EXISTS (
+          SELECT 1 FROM awa_job AS j
+          WHERE j.workflow_id = w.id AND j.id <> ALL(ARRAY(SELECT id FROM gone))
+      )
 )
-DELETE FROM awa_job AS j
-USING old
-WHERE j.id = old.id
+SELECT gone.id FROM gone

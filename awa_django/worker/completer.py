@@ -48,6 +48,7 @@ from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.context import ClaimedJob, Outcome, claimed_job_row
 from awa_django.worker.db import retrying
+from awa_django.worker.keyed import freed_keys
 from awa_django.worker.storable import escape_text
 from awa_django.worker.writes import outcome_writes
 
@@ -73,8 +74,10 @@ class HandOverClaim:
 class HandOver(Protocol):
     """What the writer needs to pass permits straight to the next jobs (the queues' runners)."""
 
-    def plan_hand_over(self, permits: Sequence[Permit]) -> dict[str, HandOverClaim]:
-        """{queue: the claim to run after the writes}; permits not named in it are released."""
+    def plan_hand_over(self, permits: Sequence[Permit], releasing: frozenset[str]) -> dict[str, HandOverClaim]:
+        """{queue: the claim to run after the writes}; permits not named in it are released.
+        ``releasing``: the queues of the batch's workflow steps, whose ends may make a dependent
+        available in the same transaction (a chain's next step, in its queue)."""
         ...
 
     def adopt(self, queue: str, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
@@ -193,10 +196,16 @@ class Completer:
     async def _flush(self, batch: list[_Finished]) -> None:
         batch.sort(key=lambda entry: entry.job.id)  # id order: no deadlock with heartbeat batches
         permits = [entry.permit for entry in batch if entry.permit is not None]
-        plan = self.hand_over.plan_hand_over(permits) if self.hand_over is not None and permits else {}
+        freed = freed_keys(permits)  # read before the hand-over rebinds the permits
+        plan = {}
+        if self.hand_over is not None and permits:
+            releasing = frozenset(entry.job.queue for entry in batch if entry.job.workflow_id is not None)
+            plan = self.hand_over.plan_hand_over(permits, releasing)
         passing = {id(p) for claim in plan.values() for p in claim.permits}
         try:
-            written, claimed = await retrying("writing finished jobs", functools.partial(self._write, batch, plan))
+            written, claimed = await retrying(
+                "writing finished jobs", functools.partial(self._write, batch, plan, freed)
+            )
         except WRITE_ERRORS as exc:
             # Nothing was written nor claimed: write the rows apart, pass no permit on.
             logger.error("a batch of %d finished attempt(s) was refused error=%r; writing it in parts", len(batch), exc)
@@ -331,6 +340,7 @@ class Completer:
                 attempt=job.attempt,
                 note=f"{REFUSALS[refusal]}; its outcome ({entry.outcome.state}) was not written "
                 f"(run_lease={job.run_lease})",
+                workflow_id=job.workflow_id,
             )
         if not entry.future.done():
             entry.future.set_result(ok)
@@ -340,9 +350,14 @@ class Completer:
                 late.set_result(ok)
 
     async def _write(
-        self, batch: list[_Finished], plan: Mapping[str, HandOverClaim]
+        self,
+        batch: list[_Finished],
+        plan: Mapping[str, HandOverClaim],
+        freed: Mapping[str, Any] | None = None,
     ) -> tuple[set[int], dict[str, list[ClaimedJob]]]:
-        """One round trip: the completions, the other outcomes, then the hand-over claims."""
+        """One round trip: the completions, the other outcomes, the NOTIFY of the capped keys whose
+        attempts ended (``freed``, keyed.freed_keys), then the hand-over claims. A batch written in
+        parts announces no key: each worker's own completions and settings reload unblock it."""
         writes = outcome_writes(batch)
         async with self.pool.connection() as conn:
             cursors = []
@@ -350,6 +365,8 @@ class Completer:
             async with conn.pipeline():
                 for name, params in writes:
                     cursors.append(await conn.execute(statements[name], params))
+                if freed is not None and freed["keys"]:
+                    await conn.execute(statements["notify_freed_keys"], freed)
                 for queue, claim in plan.items():
                     cursor = conn.cursor(row_factory=claimed_job_row)
                     claims[queue] = await cursor.execute(statements[claim.statement], claim.params)

@@ -32,6 +32,7 @@ class ClaimedJob:
     # The kind's @job(timeout=) stored on the row, in seconds: the attempt's deadline instead of the queue's.
     timeout: float | None = None
     fair_key: str = ""  # the row's fair key ('' is the default key)
+    workflow_id: int | None = None  # the workflow the job is a step of (its log lines name it)
 
 
 class _Described(Protocol):

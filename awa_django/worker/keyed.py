@@ -1,9 +1,11 @@
 """A queue's claims when its slots are shared by fair key: discovery, the keyed claim, caps.
 
 A ``QueueRunner`` claims through ``KeyedClaims`` once its queue shares its slots by key: when its
-settings give a key a cap or a weight of its own (``QueueKeySettings.keyed``), or when a claim of
-the plain path returns a job with a key other than the default one. Until then the queue keeps
-claim_jobs unchanged: one key has nothing to share.
+settings give a key a cap or a weight of its own (``QueueKeySettings.keyed``), when its backlog
+holds a job with a key other than the default one as it first claims (``find_keyed_backlog``, one
+index descent, so a worker started on a keyed backlog is fair from its first grant), or when a
+claim of the plain path returns a job with such a key. Until then the queue keeps claim_jobs
+unchanged: one key has nothing to share.
 
 **Discovery: which keys have due jobs, without scanning keys.** The allocator (``KeyShares``)
 learns of a key's due jobs in two ways:
@@ -17,7 +19,8 @@ learns of a key's due jobs in two ways:
   descent per key, for what lies behind the discovery cursors (the backlog there when keyed
   claiming starts, promotions, retries, releases, aged priorities, late commits). It runs at once
   when keyed claiming starts (the cursors then jump to the lanes' ends, ``find_lane_ends``), then
-  every ``SWEEP_EVERY`` seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart.
+  every ``SWEEP_EVERY`` seconds and at least ``SWEEP_COST_FACTOR`` times its own duration apart;
+  a due sweep waits one claim when new jobs were just announced, so their pickup does not pay it.
   A key it finds that the allocator has no backlog for is offered with an unknown count
   (``UNKNOWN_BACKLOG``): a key's backlog is a hint, the claim that comes back short says it ran
   dry.
@@ -36,7 +39,26 @@ transaction: ``lock_fair_keys`` takes each capped key's advisory lock (sorted: n
 ``count_running_keys`` reads their running rows in a new snapshot, and the claim takes at most
 ``cap - running`` of each. Claims of one capped key therefore run one at a time across the cluster,
 each seeing every one before it. A key short because of its cap waits (``returned(dry=False)``) until
-an attempt of this queue ends here or the next settings reload (``unblock``).
+one of its attempts ends, in any worker: the writer that finalises an attempt of a capped key sends,
+in the same transaction, a NOTIFY naming the queue and key (``notify_freed_keys``, delivered once the
+end is committed), and every worker where the cap held the key back lets it be picked again
+(``key_freed``), so it claims as soon as it has a free slot. An attempt of this queue ending here,
+and the settings reload, unblock every key too: the backstop for an end no writer announced (a
+rescue, a cancel, a lost LISTEN connection).
+
+What this does not give is one view of a capped key across workers: each worker's ``KeyShares``
+rotates by what it served itself. When a worker's attempt of a key whose cap binds ends and that
+worker gives the slot to another key, the key waits for the next slot to free where it was held
+back; over a run, a key whose cap binds gets its cap to within about one attempt per worker.
+
+**The hand-over** (``hand_over_params``): the writer passes a finished keyed attempt's slot to what
+``KeyShares`` grants, claimed by claim_keyed_jobs in the writer's round trip, for uncapped queues,
+rate-limited ones included (the runner takes the tokens first). Not for a queue with caps: its
+claim must take its keys' advisory locks before the statement that counts their running rows, in
+one transaction, and the writer's pipeline is one transaction with the whole batch's writes, so
+every completion in the batch, whatever its queue, would wait (holding its row locks) behind
+another worker's key lock. The cap would stay exact, but one key's contention would delay every
+queue's completions; a capped queue's claims stay in its runner instead.
 
 Attempts claimed here hold a permit wrapped so that its release also tells the allocator the
 attempt ended and how long it held its slot (``KeyShares.finished``).
@@ -44,10 +66,11 @@ attempt ended and how long it held its slot (``KeyShares.finished``).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,7 +80,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django.concurrency import Permit
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import KeyShares
-from awa_django.sql import statements
+from awa_django.sql import FREED_KEYS_CHANNEL, statements
 from awa_django.worker.context import ClaimedJob, claimed_job_row
 from awa_django.worker.lanes import LaneCursors
 
@@ -100,6 +123,7 @@ class KeyedClaims:
         self.arrivals_pending = True  # read arrivals before the next claim
         self.started = False  # the discovery cursors were moved to the lanes' ends, the first sweep ran
         self.next_sweep = 0.0  # time.monotonic() the next sweep is due
+        self.sweep_deferred = False  # a due sweep waited for one claim (sweep_due)
         self.sweeps = 0
         self.claims = 0
         self.capped_claims = 0
@@ -123,7 +147,27 @@ class KeyedClaims:
             self.shares.unblock(self.blocked)
             self.blocked.clear()
 
+    def key_freed(self, key: str) -> bool:
+        """An attempt of ``key`` ended somewhere: if its cap held it back here, it may be picked
+        again (its next claim counts again). Returns whether it was held back."""
+        if key not in self.blocked:
+            return False
+        self.blocked.discard(key)
+        self.shares.unblock([key])
+        return True
+
     # --- discovery ---------------------------------------------------------------------
+
+    def sweep_due(self, now: float) -> bool:
+        """Whether to sweep before this claim. A due sweep waits one claim when new jobs were
+        announced (a nudge): their pickup should not pay its round trip; the next look sweeps."""
+        if now < self.next_sweep:
+            return False
+        if self.arrivals_pending and not self.sweep_deferred:
+            self.sweep_deferred = True
+            return False
+        self.sweep_deferred = False
+        return True
 
     def sweep_in(self, now: float) -> float:
         """Seconds until the next sweep is due (at least a millisecond)."""
@@ -144,22 +188,30 @@ class KeyedClaims:
         """One find_due_keys: offer each due key the allocator has no backlog for, and move a key's
         cursor back to its first due job if that lies behind it. Returns how many keys were offered."""
         started = time.monotonic()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+        async with pool.connection() as conn, conn.cursor() as cursor:
             await cursor.execute(statements["find_due_keys"], {"queue": self.queue, "limit": SWEEP_LIMIT})
-            firsts = [Arrival(**row) for row in await cursor.fetchall()]
+            firsts: list[tuple[str, int, datetime, int]] = await cursor.fetchall()
+        self.sweeps += 1
+        offered = self.sweep_pass(firsts)
+        # The spacing counts the whole sweep, the pass over every key in this process as well as
+        # the statement: at 10,000 keys the pass is tens of milliseconds of the claim loop's time.
         took = time.monotonic() - started
         self.next_sweep = started + max(SWEEP_EVERY, SWEEP_COST_FACTOR * took)
-        self.sweeps += 1
+        if offered:
+            logger.debug("key sweep queue=%s keys=%d offered=%d seconds=%.3f", self.queue, len(firsts), offered, took)
+        return offered
+
+    def sweep_pass(self, firsts: Iterable[tuple[str, int, datetime, int]]) -> int:
+        """The sweep's pass over the keys it found, each ``(key, priority, run_at, id)`` of the
+        key's first due job: offer each key the allocator has no backlog for, move a key's cursor
+        back to its first due job. One step per key, on plain tuples. Returns the keys offered."""
         offered = 0
         shares = self.shares
-        for first in firsts:
-            key = first.fair_key
-            self._behind(first)
+        for key, priority, run_at, first_id in firsts:
+            self._behind(key, (priority, run_at, first_id))
             if shares.backlog(key) == 0:
                 shares.offer(key, UNKNOWN_BACKLOG)
                 offered += 1
-        if offered:
-            logger.debug("key sweep queue=%s keys=%d offered=%d seconds=%.3f", self.queue, len(firsts), offered, took)
         return offered
 
     async def read_arrivals(self, pool: AsyncConnectionPool, lanes: LaneCursors) -> int:
@@ -178,17 +230,18 @@ class KeyedClaims:
         counts: dict[str, int] = {}
         for row in rows:
             counts[row.fair_key] = counts.get(row.fair_key, 0) + 1
-            self._behind(row)
+            self._behind(row.fair_key, (row.priority, row.run_at, row.id))
         shares = self.shares
         for key, n in counts.items():
             shares.offer(key, n)
         return len(rows)
 
-    def _behind(self, job: Arrival) -> None:
-        """A due job seen: if it lies behind its key's cursor, the key's next claim starts at it."""
-        cursor_at = self.cursors.get(job.fair_key)
-        if cursor_at is not None and (job.priority, job.run_at, job.id) <= cursor_at:
-            self.cursors[job.fair_key] = (job.priority, job.run_at, job.id - 1)
+    def _behind(self, key: str, job: KeyCursor) -> None:
+        """A due job of ``key`` seen at ``job`` (priority, run_at, id): if it lies behind the key's
+        cursor, the key's next claim starts at it."""
+        cursor_at = self.cursors.get(key)
+        if cursor_at is not None and job <= cursor_at:
+            self.cursors[key] = (job[0], job[1], job[2] - 1)
 
     # --- the claim -------------------------------------------------------------------------
 
@@ -339,6 +392,12 @@ class KeyedPermit(Permit):
         self._started = started
         self._ended = ended
 
+    @property
+    def capped_key(self) -> str | None:
+        """The key of the attempt this permit holds, if the key has a cap (its end is announced)."""
+        key = self._key
+        return key if key is not None and self._claims.settings.max_running(key) is not None else None
+
     def hand_over(self) -> None:
         """The attempt ended; the slot passes straight to a next job of the queue."""
         key, self._key = self._key, None
@@ -356,9 +415,42 @@ class KeyedPermit(Permit):
             self._ended()
 
 
+async def has_keyed_backlog(pool: AsyncConnectionPool, queue: str) -> bool:
+    """Whether ``queue`` has an available job on a key other than the default one (find_keyed_backlog)."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(statements["find_keyed_backlog"], {"queue": queue})
+        row = await cursor.fetchone()
+    return row is not None and bool(row["keyed"])
+
+
 def first_key_other_than_default(jobs: Sequence[ClaimedJob]) -> str | None:
     """The first key other than the default one among claimed jobs (None: all on the default key)."""
     for job in jobs:
         if job.fair_key:
             return job.fair_key
+    return None
+
+
+def freed_keys(permits: Iterable[Permit]) -> dict[str, Any]:
+    """notify_freed_keys' parameters: one (queue, key) per permit whose attempt is of a capped key
+    (empty lists: none, and the writer sends nothing). Read before the permits are handed over."""
+    queues: list[str] = []
+    keys: list[str] = []
+    for permit in permits:
+        if isinstance(permit, KeyedPermit):
+            key = permit.capped_key
+            if key is not None:
+                queues.append(permit.queue)
+                keys.append(key)
+    return {"channel": FREED_KEYS_CHANNEL, "queues": queues, "keys": keys}
+
+
+def parse_freed(payload: str) -> tuple[str, str] | None:
+    """A FREED_KEYS_CHANNEL payload as (queue, key); None for one that is not such a pair."""
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(part, str) for part in value):
+        return value[0], value[1]
     return None

@@ -4,8 +4,10 @@ An idle queue runner issues no query; it is woken by a NOTIFY for its queue (``L
 the ``BacklogProbe``, which looks at every idle queue together once per poll interval (and at once
 after the LISTEN connection (re)connects, when notifications may have been missed). A NOTIFY on
 the queues channel asks for the queue settings to be re-read; one on the cancel channel tells a
-running job's handler to stop. Both reach the queues through ``Runtime.runners``, by name; what
-the probe's answer means for a queue is the runner's to decide (``QueueRunner.backlog_verdict``).
+running job's handler to stop; one on the freed-keys channel says an attempt of a capped fair key
+ended (worker/keyed.py), so a queue whose claims that key's cap held back claims again. They reach
+the queues through ``Runtime.runners``, by name; what the probe's answer means for a queue is the
+runner's to decide (``QueueRunner.backlog_verdict``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ import psycopg
 from psycopg import sql
 
 from awa_django import defaults
-from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, LISTEN_PING_CHANNEL, QUEUES_CHANNEL, statements
+from awa_django.sql import (
+    CANCEL_CHANNEL,
+    FREED_KEYS_CHANNEL,
+    JOBS_CHANNEL,
+    LISTEN_PING_CHANNEL,
+    QUEUES_CHANNEL,
+    statements,
+)
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
+from awa_django.worker.keyed import parse_freed
 from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -75,7 +85,18 @@ class BacklogProbe:
         while not stop.stopping:
             seen = runners.probe_candidates()
             if not seen:
-                await stop.sleep(runtime.config.poll_interval)
+                # Every queue is paused or in its own claim, which looks at the database itself: a
+                # request to look now is answered by those claims.
+                self.now.clear()
+                waits = [
+                    asyncio.ensure_future(self.now.wait()),
+                    asyncio.ensure_future(stop.sleep(runtime.config.poll_interval)),
+                ]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiting in waits:
+                        waiting.cancel()
                 continue
             try:
                 async with runtime.pool.connection() as conn:
@@ -129,7 +150,14 @@ class Listener:
             try:
                 async with conn:
                     try:
-                        for channel in (JOBS_CHANNEL, QUEUES_CHANNEL, CANCEL_CHANNEL, LISTEN_PING_CHANNEL):
+                        channels = (
+                            JOBS_CHANNEL,
+                            QUEUES_CHANNEL,
+                            CANCEL_CHANNEL,
+                            FREED_KEYS_CHANNEL,
+                            LISTEN_PING_CHANNEL,
+                        )
+                        for channel in channels:
                             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     except psycopg.errors.FeatureNotSupported as exc:
                         logger.warning(
@@ -179,6 +207,10 @@ class Listener:
             self.runtime.runners.nudge(payload)
         elif channel == QUEUES_CHANNEL:
             self.reconfigure_soon()
+        elif channel == FREED_KEYS_CHANNEL:
+            freed = parse_freed(payload)
+            if freed is not None:
+                self.runtime.runners.key_freed(*freed)
         elif channel == CANCEL_CHANNEL:
             with contextlib.suppress(ValueError):
                 entry = self.runtime.attempts.in_flight.get(int(payload))

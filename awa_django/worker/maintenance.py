@@ -2,11 +2,12 @@
 
 The leader fires due periodic-job slots (``scheduler``), promotes due scheduled/retryable jobs,
 rescues running jobs whose heartbeat went stale or whose deadline passed, ages the priority of
-long-waiting jobs, deletes finished jobs past their retention in batches, and removes stale
-worker snapshots. Leadership is a session-level advisory lock held on a dedicated connection (if
-the leader dies or loses its connection, Postgres drops the lock and another worker takes over on
-its next round), or, behind a transaction pooler, a lease row renewed at the start of each round.
-Between rounds it sleeps the maintenance interval, or less when a schedule is due sooner.
+long-waiting jobs, rolls the finished jobs up into the console's per-minute history (``history``),
+deletes finished jobs past their retention in batches, and removes stale worker snapshots.
+Leadership is a session-level advisory lock held on a dedicated connection (if the leader dies
+or loses its connection, Postgres drops the lock and another worker takes over on its next round),
+or, behind a transaction pooler, a lease row renewed at the start of each round. Between rounds it
+sleeps the maintenance interval, or less when a schedule is due sooner.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
+from awa_django import defaults
 from awa_django.conf import awa_settings
 from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
@@ -30,6 +32,7 @@ from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
+from awa_django.worker.history import roll_up_history
 from awa_django.worker.runtime import Runtime
 from awa_django.worker.scheduler import Scheduler
 
@@ -63,6 +66,7 @@ class Maintenance:
         self.is_leader = False
         self._last_retention = -math.inf  # the first round sweeps
         self._rescue_at = -math.inf  # the first round rescues
+        self._last_history = -math.inf  # the first round rolls up
         self.rounds = 0
         self.cluster = ClusterLeader(runtime)
         self.scheduler = Scheduler(runtime.registry)
@@ -145,7 +149,7 @@ class Maintenance:
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         """One round of the leader's duties; returns counts of what it did."""
         runtime = self.runtime
-        done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0, "deleted": 0}
+        done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0, "history": 0, "deleted": 0}
         # Schedules first: their jobs are due now, and a round's other duties can take a while.
         self._next_fire = None
         done["fired"] = await self.scheduler.fire_due(conn)
@@ -189,6 +193,13 @@ class Maintenance:
                 )
                 done["aged"] += len(await cursor.fetchall())
         now = time.monotonic()
+        # Before retention: a job is rolled up before the sweep can delete it.
+        if now - self._last_history >= defaults.HISTORY_EVERY:
+            self._last_history = now
+            bounds = await roll_up_history(conn)
+            done["history"] = 1
+            if bounds.catching_up:
+                self._last_history = -math.inf  # behind (a first round, a leader back): next round at once
         if now - self._last_retention >= RETENTION_EVERY:
             self._last_retention = now
             for state, older_than in retention(runtime.config).items():

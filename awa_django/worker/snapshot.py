@@ -52,6 +52,13 @@ def _bool(data: Mapping[str, Any], key: str, where: str, default: bool = False) 
     return value
 
 
+def _names(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise SnapshotFormatError(f"{where}: {key!r} must be a list of queue names, got {value!r}")
+    return tuple(value)
+
+
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise SnapshotFormatError(f"{where} must be a JSON object, got {value!r}")
@@ -126,6 +133,8 @@ class WorkerFlags:
     sync_overrunning: int = 0  # sync handlers past their deadline whose threads still run, each holding its slot
     cluster_caps: dict[str, int] | None = field(default=None)  # scope "cluster" only: the leader's caps
     cluster_leased: bool | None = None  # scope "cluster" only: those caps are within their lease
+    draining: bool = False  # an operator asked it to drain and stop (a WorkerRequest), and it is
+    held_queues: tuple[str, ...] = ()  # queues an operator asked it to stop claiming, sorted
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -136,6 +145,8 @@ class WorkerFlags:
             "sync_running": self.sync_running,
             "capacity_scope": self.capacity_scope,
             "sync_overrunning": self.sync_overrunning,
+            "draining": self.draining,
+            "held_queues": list(self.held_queues),
         }
         if self.cluster_caps is not None:
             data["cluster_caps"] = dict(self.cluster_caps)
@@ -163,6 +174,8 @@ class WorkerFlags:
             sync_overrunning=_int(entry, "sync_overrunning", where) if "sync_overrunning" in entry else 0,
             cluster_caps=cluster_caps,
             cluster_leased=_bool(entry, "cluster_leased", where) if cluster_caps is not None else None,
+            draining=_bool(entry, "draining", where),
+            held_queues=_names(entry, "held_queues", where),
         )
 
 

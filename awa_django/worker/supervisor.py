@@ -13,7 +13,8 @@ per-job Python):
 - ``awa-maintenance``: the maintenance loop; only the leader does the work (``maintenance``);
 - ``awa-capacity``: in capacity scope "cluster", this worker's capacity reports (``capacity``);
 - ``awa-snapshot``: this worker's ``WorkerInstance`` row (``health``);
-- ``awa-reconfigure``: Queue rows re-read and applied live (``reconfigure``).
+- ``awa-reconfigure``: Queue rows re-read and applied live (``reconfigure``), and on the same
+  tick the operators' requests to this worker: drain, hold or resume a queue (``control``).
 
 Each part receives the ``Runtime`` (``runtime``), never the ``Worker``. A side task that dies is
 noticed, logged, and stops the worker with an error.
@@ -51,6 +52,7 @@ from awa_django.worker.capacity import ClusterMember
 from awa_django.worker.completer import WRITE_ERRORS, Completer
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.context import InFlight
+from awa_django.worker.control import Control
 from awa_django.worker.db import make_pool, retrying
 from awa_django.worker.executor import Executor
 from awa_django.worker.health import SnapshotWriter
@@ -106,7 +108,8 @@ class Worker:
         self.maintenance = Maintenance(runtime)
         self.look_behind = LookBehind(runtime)
         self.cluster = ClusterMember(runtime) if config.capacity_scope == "cluster" else None
-        self.reconfigurer = Reconfigurer(runtime)
+        self.control = Control(runtime, on_drain=self._drain_requested)
+        self.reconfigurer = Reconfigurer(runtime, control=self.control)
         self.probe = BacklogProbe(runtime)
         self.listener = Listener(runtime, self.probe, self.reconfigurer.soon)
         self.heartbeat = Heartbeat(runtime)
@@ -193,6 +196,8 @@ class Worker:
             sync_overrunning=len(self.overrunning),
             cluster_caps=self.cluster.caps if self.cluster is not None else None,
             cluster_leased=self.cluster.leased if self.cluster is not None else None,
+            draining=self.control.draining,
+            held_queues=tuple(sorted(self.control.held)),
         )
 
     # --- control -------------------------------------------------------------------
@@ -210,6 +215,15 @@ class Worker:
         logger.info("stopping: no new claims; in-flight jobs get %.1fs", self.config.shutdown_timeout)
         stop.begin()
         self.runtime.runners.wake_all()
+
+    async def _drain_requested(self) -> None:
+        """An operator asked this worker to drain (a WorkerRequest): SIGTERM's stop, and one
+        snapshot written at once so the admin shows it draining (the snapshot loop ends with the stop)."""
+        self.request_stop()
+        try:
+            await self.snapshots.write()
+        except WRITE_ERRORS as exc:
+            logger.warning("snapshot write failed: %r", exc)
 
     def _arm_forced_exit(self) -> None:
         """End the process shortly even if something ignores the stop (second signal only)."""

@@ -10,6 +10,9 @@ Edge policies:
 - ``on_success`` (the default): the dependent runs once the upstream completed; an upstream that
   failed or was cancelled cancels the dependent, with an error naming the upstream.
 - ``always``: the dependent runs once the upstream ended, however it ended (a "finally" step).
+- ``on_discard`` (``Batch(on_discard=...)``): the dependent runs as soon as one of its upstream
+  steps failed or was cancelled, and is cancelled once all of them completed. A step's edges are
+  then all ``on_discard``, all from steps of its own workflow.
 """
 
 from __future__ import annotations
@@ -18,15 +21,16 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any, Literal
 
 from awa_django.exceptions import InvalidJobError
 
-Policy = Literal["on_success", "always"]
-POLICIES: dict[str, int] = {"on_success": 0, "always": 1}  # as stored in awa_job_edge.policy
+Policy = Literal["on_success", "always", "on_discard"]
+POLICIES: dict[str, int] = {"on_success": 0, "always": 1, "on_discard": 2}  # as stored in awa_job_edge.policy
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Step:
     """One job of a workflow, declared but perhaps not yet written (``id`` is set by enqueue; before
     that, reading it raises InvalidJobError)."""
@@ -37,9 +41,27 @@ class Step:
     args: Mapping[str, Any] | None
     name: str
     options: dict[str, Any]
-    upstreams: list[Upstream] = field(default_factory=list)
-    before: list[int] = field(default_factory=list)  # existing waiting jobs that wait for this step too
+    # Its upstream edges (a tuple; a list of its own once ``after`` added some): an ``Upstream``,
+    # or the upstream ``Step`` itself for a plain edge
+    # (``on_success``, read by the step's name: a Step reads as that edge, see ``source`` and
+    # ``policy``). No object per plain edge, and steps added after the same single upstream share
+    # one tuple (Workflow.add): a 10,000-step fan-out is 10,000 objects for the garbage collector
+    # to walk, not 40,000.
+    upstreams: Sequence[Step | Upstream] = ()
+    # Existing waiting jobs that wait for this step too (a dynamic fan-out's); a shared empty tuple
+    # for every other step.
+    before: Sequence[int] = ()
     job_id: int | None = None  # the job's id once the workflow is enqueued
+
+    @property
+    def source(self) -> Step:
+        """As an edge (an item of a dependent's ``upstreams``): the upstream is this step."""
+        return self
+
+    @property
+    def policy(self) -> Policy:
+        """As an edge: a plain one, ``on_success``."""
+        return "on_success"
 
     @property
     def id(self) -> int:
@@ -54,15 +76,18 @@ class Step:
 
     def after(self, *upstreams: Step | Upstream | int) -> Step:
         """Add upstream edges to this step (``Workflow.add``'s ``after``); returns the step."""
-        for item in upstreams:
-            self.upstreams.append(upstream(item))
+        edges = [upstream(item) for item in upstreams]
+        if type(self.upstreams) is list:
+            self.upstreams.extend(edges)  # its own list already: calls in a loop stay linear
+        else:  # a tuple, perhaps shared with other steps of a fan-out: never changed in place
+            self.upstreams = [*self.upstreams, *edges]
         return self
 
     def __repr__(self) -> str:
         return f"Step({self.name!r}, kind={self.kind!r}, id={self.job_id})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Upstream:
     """An edge's upstream end: a step of the same workflow, or an existing job by id."""
 
@@ -210,6 +235,10 @@ def chord(header: Canvas, body: Canvas, *, policy: Policy = "on_success") -> Cho
 def order(steps: Sequence[Step]) -> list[Step]:
     """The steps with every upstream step before its dependents (stable: declaration order where
     the edges allow); InvalidJobError naming the steps of a cycle."""
+    # The usual declaration, every upstream added before its dependents, is already that order (the
+    # smallest index first at each point: no other topological order comes before it).
+    if all(a.index < b.index for a, b in pairwise(steps)) and _upstreams_first(steps):
+        return list(steps)
     dependents: dict[int, list[Step]] = {s.index: [] for s in steps}
     open_edges: dict[int, int] = {}
     for s in steps:
@@ -235,6 +264,23 @@ def order(steps: Sequence[Step]) -> list[Step]:
             "after", names, "the workflow has a cycle (each step waits for the one before it): remove one of its edges"
         )
     return ordered
+
+
+def _upstreams_first(steps: Sequence[Step]) -> bool:
+    """Every step's upstream steps were declared before it (``steps`` in declaration order)."""
+    # The last upstreams checked: a fan-out's steps share one tuple, whose steps came before the
+    # first of them and so before each later one.
+    checked: object = None
+    for s in steps:
+        upstreams = s.upstreams
+        if upstreams is checked:
+            continue
+        for u in upstreams:
+            source = u if type(u) is Step else u.source
+            if type(source) is Step and source.index >= s.index:
+                return False
+        checked = upstreams
+    return True
 
 
 def find_cycle(steps: Sequence[Step]) -> list[Step]:

@@ -12,19 +12,25 @@ read again as well, 10 ms after the first read and then twice as long each time,
 ``RECHECK`` seconds: a short job whose NOTIFY was missed costs milliseconds, a long one a read
 every half second. With LISTEN off the row is polled, from 10 ms backing off to ``POLL_MAX``.
 
-The waiter's connection is its own, never Django's: a caller inside a transaction would not see
-a commit made after its snapshot under REPEATABLE READ, and must not hold its transaction open.
+``wait`` runs on Django's own connection when the caller is in autocommit outside any atomic
+block and the server is reached directly (a connect costs tens of milliseconds, and a short job
+ends sooner): it LISTENs there and UNLISTENs before it returns. Otherwise (inside a transaction,
+which would not see a commit made after its snapshot and must not be held open; behind a
+transaction pooler) it opens a connection of its own, as ``await_result`` always does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
 import psycopg
+from django.db import connections
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import AwaError
@@ -35,6 +41,7 @@ RECHECK = 0.5  # at most this many seconds between reads of the row while LISTEN
 POLL_FIRST = 0.01
 POLL_MAX = 0.5
 _LISTEN = sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL))
+_UNLISTEN = sql.SQL("UNLISTEN {}").format(sql.Identifier(DONE_CHANNEL))
 
 
 class JobFailedError(AwaError):
@@ -94,33 +101,65 @@ def wait(job_id: int, timeout: float | None = None, *, using: str | None = None)
     """
     alias = using or awa_settings().DATABASE_ALIAS
     deadline = None if timeout is None else time.monotonic() + timeout
+    borrowed = _borrowable(alias)
+    if borrowed is not None:
+        return _wait_on(borrowed, job_id, timeout, deadline, text_json=True)
     url, kwargs = _conninfo(alias)
+    with psycopg.Connection.connect(url, **kwargs) as conn:
+        return _wait_on(conn, job_id, timeout, deadline, text_json=False)
+
+
+def _borrowable(alias: str) -> psycopg.Connection[Any] | None:
+    """Django's own connection of ``alias``, when the wait may run on it instead of a new one (a
+    connect costs tens of milliseconds; a job often ends sooner): in autocommit and outside any
+    atomic block (a snapshot taken before the job ended would never see it end), idle, and straight
+    to the server (behind a transaction pooler LISTEN needs ``LISTEN_DATABASE_URL``'s connection).
+    Otherwise None: the waiter opens its own."""
+    settings = awa_settings()
+    if settings.transaction_pooler or (settings.LISTEN_DATABASE_URL and settings.listen_enabled):
+        return None
+    wrapper = connections[alias]
+    if wrapper.in_atomic_block or not wrapper.get_autocommit():
+        return None
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    if not isinstance(raw, psycopg.Connection) or raw.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    return raw
+
+
+def _wait_on(
+    conn: psycopg.Connection[Any], job_id: int, timeout: float | None, deadline: float | None, *, text_json: bool
+) -> Any:
+    """``wait`` on ``conn``; ``text_json``: its jsonb arrives as text (Django's connection), parse it.
+    LISTEN and the registration are undone before it returns, so a borrowed connection is left as
+    it was."""
     listening = awa_settings().listen_enabled
     token = uuid.uuid4().hex
-    with psycopg.Connection.connect(url, **kwargs) as conn:
-        if listening:
-            conn.execute(statements["register_job_waiter"], {"id": job_id, "token": token})
-            conn.execute(_LISTEN)
-        try:
-            pause = POLL_FIRST
-            while True:
-                row = conn.execute(statements["read_job_outcome"], {"id": job_id}).fetchone()
-                ended, result = _outcome(job_id, row)
-                if ended:
-                    return result
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise _timed_out(job_id, timeout)
-                step = pause if left is None else min(pause, left)
-                pause = min(pause * 2, RECHECK if listening else POLL_MAX)
-                if listening:
-                    for _ in conn.notifies(timeout=step, stop_after=1):
-                        pass  # any awa_done: read the row again (payloads of other jobs cost one read)
-                else:
-                    time.sleep(step)
-        finally:
-            if listening and not conn.closed:
-                conn.execute(statements["unregister_job_waiter"], {"id": job_id, "token": token})
+    if listening:
+        conn.execute(statements["register_job_waiter"], {"id": job_id, "token": token})
+        conn.execute(_LISTEN)
+    try:
+        pause = POLL_FIRST
+        while True:
+            row = conn.execute(statements["read_job_outcome"], {"id": job_id}).fetchone()
+            ended, result = _outcome(job_id, row)
+            if ended:
+                return json.loads(result) if text_json and isinstance(result, str) else result
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise _timed_out(job_id, timeout)
+            step = pause if left is None else min(pause, left)
+            pause = min(pause * 2, RECHECK if listening else POLL_MAX)
+            if listening:
+                for _ in conn.notifies(timeout=step, stop_after=1):
+                    pass  # any awa_done: read the row again (payloads of other jobs cost one read)
+            else:
+                time.sleep(step)
+    finally:
+        if listening and not conn.closed:
+            conn.execute(_UNLISTEN)
+            conn.execute(statements["unregister_job_waiter"], {"id": job_id, "token": token})
 
 
 async def await_result(

@@ -1,5 +1,5 @@
-"""Demo job kinds, registered under the exact names ``noop``, ``sleep``, ``fail``, ``record`` and
-``send_welcome``, and one periodic job, ``demo_tick``."""
+"""Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``fail``,
+``record`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ logger = logging.getLogger(__name__)
 @job("noop")
 async def noop(**args: object) -> None:
     """Does nothing, with any args: for throughput measurements and smoke tests."""
+
+
+@job("stamp")
+async def stamp(**args: object) -> float:
+    """Does nothing but return the worker's wall clock as it ran: bench/workflows.py reads a chain's
+    per-step overhead from these (one worker, one clock), from a step's return to the next one's."""
+    return time.time()
 
 
 @job("sleep")

@@ -20,8 +20,17 @@ def users(db: None) -> dict[str, User | None]:
     """superuser, change-permission staff, view-only staff, non-staff, anonymous (None)."""
     return {
         "superuser": User.objects.create_superuser("root", password=None),
-        "change_staff": _staff("changer", "view_queue", "change_queue", "view_job", "change_job", "delete_job"),
-        "view_staff": _staff("viewer", "view_queue", "view_job"),
+        "change_staff": _staff(
+            "changer",
+            "view_queue",
+            "change_queue",
+            "view_job",
+            "change_job",
+            "delete_job",
+            "view_workerinstance",
+            "change_workerinstance",
+        ),
+        "view_staff": _staff("viewer", "view_queue", "view_job", "view_workerinstance"),
         "non_staff": User.objects.create_user("plain", password=None),
         "anonymous": None,
     }

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from awa_django.admin.bulk import CHUNK, SAMPLE
+from awa_django.admin.bulk import CHUNK, MAX_PAUSE, PACE, SAMPLE, pause_after
 from awa_django.models import Job
 from tests.admin.conftest import client_for
 from tests.conftest import connect_outside_django
@@ -88,6 +88,22 @@ def test_bulk_cancel__stopped_after_one_chunk__the_rest_untouched(admin_client: 
     assert Job.objects.filter(queue="bulk", state="cancelled").count() == CHUNK
     assert Job.objects.filter(queue="bulk", state="available").count() == 10
     assert LogEntry.objects.count() == 1
+
+
+def test_pause_after__the_chunk_time_times_the_pace__bounded() -> None:
+    assert pause_after(0.2) == pytest.approx(PACE * 0.2)
+    assert pause_after(0.0) == 0.0
+    assert pause_after(-1.0) == 0.0  # a clock step backwards: no pause, never a negative one
+    assert pause_after(1e6) == MAX_PAUSE
+
+
+@pytest.mark.django_db
+def test_bulk_chunk__names_the_pause_the_page_waits_before_the_next() -> None:
+    Job.objects.bulk_create([Job(kind="k", queue="bulk") for _ in range(CHUNK + 1)])
+    client = client_for(User.objects.create_superuser("pacer", "p@example.com", "pw"))
+    [answer] = _run(client, "cancel", {"queue": "bulk", "state__exact": "available"}, chunks=1)
+    assert answer["finished"] is False
+    assert isinstance(answer["pause_ms"], int) and 0 <= answer["pause_ms"] <= 1000 * MAX_PAUSE
 
 
 @pytest.mark.django_db

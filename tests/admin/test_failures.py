@@ -4,12 +4,15 @@ first with awa's folded."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from hypothesis import given
@@ -147,3 +150,36 @@ def test_traceback__user_frames_first_awa_folded(admin_client: Client, db: None)
     shown = html.split('<pre class="awa-pre awa-traceback">', 1)[1].split("</pre>", 1)[0]
     assert "shop/jobs.py" in shown and "awa_django" not in shown and shown.rstrip().endswith("no template")
     assert "1 frame of awa_django, folded" in html
+
+
+@pytest.mark.django_db
+def test_failure_groups__window_is_the_latest_failed_jobs_a_null_finalized_at_first() -> None:
+    older = _failed("mail", "KeyError: 'a'", timedelta(hours=2))
+    newer = _failed("mail", "KeyError: 'b'", timedelta(minutes=1))
+    by_hand = Job.objects.create(kind="mail", state="failed", attempt=1, errors=[{"error": "KeyError: 'c'"}])
+    triage = failure_groups(window=2)
+    assert triage.read == 2 and triage.more is True
+    assert sorted(i for g in triage.groups for i in g.ids) == sorted([by_hand.pk, newer.pk])
+    assert older.pk not in {i for g in triage.groups for i in g.ids}
+
+
+@pytest.mark.django_db
+def test_failure_groups__reads_the_finalized_index_backwards_and_never_sorts_every_failed_job() -> None:
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(kind="mail", state="failed", attempt=1, finalized_at=now - timedelta(seconds=n), errors=[{"error": "x"}])
+        for n in range(2000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE awa_job")  # the planner weighs reading 6 entries against 2,000
+    with CaptureQueriesContext(connection) as captured:
+        failure_groups(window=5)
+    (sql,) = [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        # A table this small would be read whole; forbid that so the plan shows the index's order.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute(f"EXPLAIN {sql}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan Backward using awa_job_finalized_idx" in plan, plan
+    assert not re.search(r"^\s*(->\s+)?Sort\s+\(cost", plan, re.MULTILINE), plan  # an incremental sort at most

@@ -111,6 +111,9 @@ class Sample:
     in_flight: tuple[int, int] | None = None
     # ... and each queue's in_flight, read in the same callback.
     queue_in_flight: dict[str, int] | None = None
+    # Monotonic, taken before the count was sent: a sample that began before a commit may not
+    # see it, however late it returned.
+    begun: float = -math.inf
 
     @property
     def total(self) -> int:
@@ -191,11 +194,12 @@ class Sampler:
 
         def on_loop() -> None:
             try:
+                begun = time.monotonic()
                 before = worker.allocator.total_in_flight
                 running, available = self._count()
                 after = worker.allocator.total_in_flight
                 per_queue = {q: worker.allocator.in_flight(q) for q in self.queues}
-                future.set_result(Sample(time.monotonic(), running, available, (before, after), per_queue))
+                future.set_result(Sample(time.monotonic(), running, available, (before, after), per_queue, begun))
             except BaseException as exc:  # reported by the sampler thread
                 future.set_exception(exc)
 
@@ -208,8 +212,9 @@ class Sampler:
                 if self.probe_worker is not None:
                     sample = self._probe()
                 else:
+                    begun = time.monotonic()
                     running, available = self._count()
-                    sample = Sample(time.monotonic(), running, available)
+                    sample = Sample(time.monotonic(), running, available, begun=begun)
                 with self._lock:
                     self.samples.append(sample)
                 self._stop.wait(self.interval)
@@ -217,13 +222,18 @@ class Sampler:
             self.error = exc
 
     def wait_for(self, predicate: Callable[[Sample], bool], timeout: float, what: str) -> Sample:
-        """The first sample (taken from now on) that satisfies ``predicate``."""
-        deadline = time.monotonic() + timeout
-        seen = len(self.snapshot())
+        """The first sample begun from now on that satisfies ``predicate``.
+
+        Begun, not returned: a count sent before the caller's last commit can return after this
+        call and still not see that commit (a queue just filled would read as dry).
+        """
+        now = time.monotonic()
+        deadline = now + timeout
+        seen = 0
         while True:
             samples = self.snapshot()
             for sample in samples[seen:]:
-                if predicate(sample):
+                if sample.begun >= now and predicate(sample):
                     return sample
             seen = len(samples)
             if self.error is not None:

@@ -12,7 +12,10 @@ from django.utils import timezone
 
 from awa_django.concurrency.keyconfig import QueueKeySettings, load_key_settings
 from awa_django.models import FairKey, Job, Queue
+from awa_django.sql import FREED_KEYS_CHANNEL
 from awa_django.worker import QueueConfig
+from awa_django.worker.keyed import parse_freed
+from tests.conftest import connect_outside_django
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.fairkeys import add_jobs, all_backlogged_until, peak_running, ran, shares
 
@@ -78,19 +81,38 @@ def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() ->
 
 
 @pytest.mark.django_db(transaction=True)
+def test_fresh_worker_on_a_keyed_backlog__is_fair_from_its_first_claim() -> None:
+    """A's 1,000 jobs lie before B's 10 in plain order: a worker started on that backlog shares by
+    key from its first claim (it looks for a non-default key first), so B is in that claim, not
+    behind a first batch of A's."""
+    add_jobs(QUEUE, "A", 1000, seconds=0.01)
+    add_jobs(QUEUE, "B", 10, seconds=0.01)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})):
+        wait_until(lambda: Job.objects.filter(queue=QUEUE, fair_key="B", attempted_at__isnull=False).exists())
+    runs = ran(QUEUE)
+    position = next(i for i, r in enumerate(runs) if r.key == "B")
+    first_claim = [r for r in runs if r.start == runs[0].start]  # one claim, one statement timestamp
+    assert position < len(first_claim) <= 4, (position, [r.key for r in runs[:8]])
+
+
+@pytest.mark.django_db(transaction=True)
 def test_weights_1_2_5__each_key_holds_its_weighted_share() -> None:
     Queue.objects.create(name=QUEUE, max_workers=8)
     for key, weight in (("w1", 1), ("w2", 2), ("w5", 5)):
         FairKey.objects.create(queue=QUEUE, key=key, weight=weight)
-        add_jobs(QUEUE, key, 60 * weight, seconds=0.03)
+        add_jobs(QUEUE, key, 60 * weight, seconds=0.05)
     with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=8)})):
         wait_until(lambda: done(480), timeout=60, what="480 jobs done")
     runs = ran(QUEUE)
     since = runs[0].start
     until = all_backlogged_until(runs, ["w1", "w2", "w5"])
     got = shares(runs, since, until)
+    # The grants are held within 5 % of the weights by the claim-path property test (the allocator
+    # and the claim, no clock). A real worker's slot-seconds also carry each handler's and each
+    # commit's jitter: quiet runs read within 2 %, one CI run read w2 at 0.273 (9 %), so this end-to-
+    # end check allows 10 %. Ignoring the weights would read 1/3 each, far outside it.
     for key, ideal in (("w1", 1 / 8), ("w2", 2 / 8), ("w5", 5 / 8)):
-        assert abs(got[key] - ideal) <= 0.05 * ideal, got
+        assert abs(got[key] - ideal) <= 0.10 * ideal, got
 
 
 @pytest.mark.django_db(transaction=True)
@@ -104,6 +126,56 @@ def test_cap__a_capped_key_never_runs_more__the_others_take_the_rest() -> None:
     peak = peak_running(ran(QUEUE))
     assert peak["capped"] == 2
     assert peak["free"] >= 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_capped_key__each_end_is_announced_after_its_commit__an_uncapped_keys_never() -> None:
+    """The writer NOTIFYs the end of a capped key's attempt (keyed.py "Caps"); an uncapped key's
+    and a keyless queue's writes send nothing. Read up to a sentinel sent once the jobs were done:
+    notifications arrive in commit order, so every one sent before it has arrived by then."""
+    FairKey.objects.create(queue=QUEUE, key="capped", max_running=1)
+    add_jobs(QUEUE, "capped", 5, kind="noop")
+    add_jobs(QUEUE, "free", 5, kind="noop")
+    add_jobs("plain", "", 5, kind="noop")
+    listen = connect_outside_django()
+    try:
+        listen.execute(f"LISTEN {FREED_KEYS_CHANNEL}")
+        queues = {QUEUE: QueueConfig(QUEUE, max_workers=3), "plain": QueueConfig("plain", max_workers=3)}
+        with running_worker(make_config(queues)):
+            wait_until(lambda: Job.objects.filter(state="completed").count() >= 15, what="15 jobs done")
+        with connect_outside_django() as other:
+            other.execute("SELECT pg_notify(%s, 'sentinel')", [FREED_KEYS_CHANNEL])
+        heard = []
+        for notify in listen.notifies(timeout=10):
+            if notify.payload == "sentinel":
+                break
+            heard.append(parse_freed(notify.payload))
+        else:
+            pytest.fail("the sentinel notification never came")
+    finally:
+        listen.close()
+    assert heard and set(heard) == {(QUEUE, "capped")}, heard
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rate_limited_keyed_queue__hands_slots_over__within_its_tokens() -> None:
+    """A rate-limited keyed queue's freed slots pass straight to its next keyed jobs (the writer's
+    hand-over), never past the bucket: over any stretch of attempts, no more started than the
+    burst plus the rate times its length (attempted_at, the claim's database time; one token of
+    slack: a claim's timestamp trails its token take by a round trip, so stretches read shorter)."""
+    rate, burst = 40.0, 4
+    add_jobs(QUEUE, "A", 40, seconds=0.05)
+    add_jobs(QUEUE, "B", 40, seconds=0.05)
+    config = {QUEUE: QueueConfig(QUEUE, max_workers=4, rate_limit=rate, rate_burst=burst)}
+    with running_worker(make_config(config)) as worker:
+        wait_until(lambda: done(80), timeout=60, what="80 jobs done")
+        handed_over = worker.completer.handed_over
+    assert handed_over > 0
+    starts = [r.start for r in ran(QUEUE)]
+    for i, first in enumerate(starts):
+        for j in range(i + 1, len(starts)):
+            seconds = (starts[j] - first).total_seconds()
+            assert j - i + 1 <= burst + rate * seconds + 1, (i, j, seconds)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,14 +3,16 @@
 Hypothesis draws keys (weights, caps, run times, job priorities), one or two claimers (each a
 worker's ``KeyedClaims`` with its own slots and discovery cursors) and a key that arrives late.
 Time is virtual: each claimed job runs its key's run time, then its row is completed and its
-claimer told (``KeyShares.finished``), and the freed slots are claimed again with the real SQL
-(``claim_keyed_jobs``, the capped path's locks and counts, ``find_arrivals`` when the late key's
-jobs are inserted). Properties:
+claimer told (``KeyedClaims.attempt_ended``); the completion of a capped key's attempt sends, in
+its transaction, the writer's NOTIFY (``notify_freed_keys``), which a LISTEN connection hears and
+hands to every claimer as a worker's listener does (``parse_freed``, ``key_freed``); and the freed
+slots are claimed again with the real SQL (``claim_keyed_jobs``, the capped path's locks and counts,
+``find_arrivals`` when the late key's jobs are inserted). Properties:
 
 - every key has backlog throughout, so each key's share of the slot-seconds after a warm-up is
   within 5 % of its water-fill share (``water_fill`` over every key's weight and cap), give or take
   one of its attempts (a slot cannot hold part of one: over a short run with one slot that step is
-  larger than 5 %);
+  larger than 5 %); a capped key's to within one attempt per claimer (see the bound below);
 - the late key is served within as many slot grants to other keys as there are keys;
 - at every claim, no key has more rows running than its cap (counted in the database);
 - each key's jobs are claimed in its own (priority, id) order.
@@ -22,17 +24,20 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import water_fill
+from awa_django.sql import FREED_KEYS_CHANNEL, statements
 from awa_django.worker.context import ClaimedJob
 from awa_django.worker.db import make_pool
-from awa_django.worker.keyed import KeyedClaims
+from awa_django.worker.keyed import KeyedClaims, parse_freed
 from awa_django.worker.lanes import LaneCursors
+from tests.conftest import connect_outside_django
 
 QUEUE = "keyed-sim"
 HORIZON = 240  # virtual seconds
@@ -106,11 +111,32 @@ def running_counts() -> dict[str, int]:
         return {key: int(n) for key, n in cursor.fetchall()}
 
 
-def complete(ids: list[int]) -> None:
-    with connection.cursor() as cursor:
+def complete(ended: list[ClaimedJob], capped: set[str]) -> None:
+    """Complete the rows and, in the same transaction, announce the capped keys' ends as the writer does."""
+    freed = [job.fair_key for job in ended if job.fair_key in capped]
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE awa_job SET state = 'completed', finalized_at = now() WHERE id = ANY(%s::bigint[])", [ids]
+            "UPDATE awa_job SET state = 'completed', finalized_at = now() WHERE id = ANY(%s::bigint[])",
+            [[job.id for job in ended]],
         )
+        if freed:
+            cursor.execute(
+                statements["notify_freed_keys"],
+                {"channel": FREED_KEYS_CHANNEL, "queues": [QUEUE] * len(freed), "keys": freed},
+            )
+
+
+def hear(listen: psycopg.Connection[Any], expected: int, claimers: list[KeyedClaims]) -> None:
+    """The ``expected`` freed-key notifications (Postgres folds repeats within a transaction),
+    handed to every claimer as each worker's listener does."""
+    if expected == 0:
+        return
+    heard = [parse_freed(n.payload) for n in listen.notifies(timeout=10, stop_after=expected)]
+    assert len(heard) == expected, f"heard {len(heard)} of {expected} freed-key notifications"
+    for notice in heard:
+        assert notice is not None and notice[0] == QUEUE, notice
+        for claimer in claimers:
+            claimer.key_freed(notice[1])
 
 
 def simulate(keys: dict[str, KeySpec], slots: list[int], late: str) -> Outcome:
@@ -119,6 +145,9 @@ def simulate(keys: dict[str, KeySpec], slots: list[int], late: str) -> Outcome:
     outcome = Outcome()
     loop = asyncio.new_event_loop()
     pool = make_pool("default", 2)
+    capped = {key for key, spec in keys.items() if spec.cap is not None}
+    listen = connect_outside_django()
+    listen.execute(f"LISTEN {FREED_KEYS_CHANNEL}")
     try:
         loop.run_until_complete(pool.open(wait=True))
         claimers = [KeyedClaims(QUEUE, settings_in_force) for _ in slots]
@@ -131,11 +160,12 @@ def simulate(keys: dict[str, KeySpec], slots: list[int], late: str) -> Outcome:
         while now < HORIZON:
             ended = [r for r in running if r.end <= now]
             if ended:
-                complete([r.job.id for r in ended])
+                complete([r.job for r in ended], capped)
                 running = [r for r in running if r.end > now]
                 for r in ended:
-                    claimers[r.claimer].shares.finished(r.job.fair_key, float(r.end - r.start))
+                    claimers[r.claimer].attempt_ended(r.job.fair_key, float(r.end - r.start))
                     claimers[r.claimer].unblock()
+                hear(listen, len({r.job.fair_key for r in ended} & capped), claimers)
             if not late_arrived and now >= LATE_AT:
                 insert(late, keys[late], total_jobs(keys[late], slots))
                 for claimer, cursors in zip(claimers, lanes, strict=True):
@@ -167,6 +197,7 @@ def simulate(keys: dict[str, KeySpec], slots: list[int], late: str) -> Outcome:
                         outcome.over_cap.append((now, key, n))
             now = min((r.end for r in running), default=HORIZON)
     finally:
+        listen.close()
         loop.run_until_complete(pool.close())
         loop.close()
     return outcome
@@ -200,6 +231,32 @@ def total_jobs(spec: KeySpec, slots: list[int]) -> int:
 def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_soon__caps_hold(
     history: dict[str, Any],
 ) -> None:
+    check_history(history)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a capped key's share across claimers is not held to an attempt per claimer: each claimer "
+    "rotates by what it served itself, and the one whose attempt of the key ended may give the slot "
+    "to another key; measured 0.371 against 0.400 (cap 3, claimers of 4 and 3 slots), the same with "
+    "and without the freed-key NOTIFY",
+)
+def test_claim_path__capped_key_across_two_claimers__known_gap() -> None:
+    check_history(
+        {
+            "slots": [4, 3],
+            "keys": [
+                KeySpec(weight=4, cap=3, seconds=1, priorities=(2, 2)),
+                KeySpec(weight=4, cap=None, seconds=3, priorities=(2, 2, 1, 1)),
+                KeySpec(weight=2, cap=2, seconds=3, priorities=(2, 4, 1, 1)),
+            ],
+        }
+    )
+
+
+def check_history(history: dict[str, Any]) -> None:
+    """Run one history and assert the module docstring's properties."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM awa_job WHERE queue = %s", [QUEUE])
     specs: list[KeySpec] = history["keys"]
@@ -227,8 +284,10 @@ def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_
         step = keys[key].seconds / total_held
         if keys[key].cap is not None:
             # A capped key's cap is exact across claimers, its share only to within an attempt per
-            # claimer: a claimer blocked on the key learns the cap freed up at its own next
-            # completion (a worker: or the settings reload), not when another claimer's attempt of
-            # the key ends (hypothesis found 0.307 against 0.333 with cap 1 over two claimers).
+            # claimer: a claimer held back by the cap learns of each end at once (the NOTIFY), but
+            # can take the key only at its own next free slot, and each claimer rotates by what it
+            # served itself, so the claimer whose attempt ended may give that slot to another key
+            # (the recorded example: 0.307 against 0.333, cap 1 over two claimers, with or without
+            # the NOTIFY).
             step *= len(slots)
         assert abs(got - want) <= 0.05 * want + step, (key, got, want, keys, slots)

@@ -6,6 +6,8 @@ had jobs waiting, a key's peak is the most of its attempts overlapping at one in
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from django.db import transaction
 from django.utils import timezone
@@ -95,3 +97,55 @@ def test_processes__a_lone_key_uses_the_whole_queue(spawn: Spawner) -> None:
     add_jobs(QUEUE, "only", 90, seconds=0.05)
     wait_until(lambda: drained(workers, 90), timeout=60, interval=0.1, what="90 jobs done")
     assert peak_running(ran(QUEUE))["only"] == 6
+
+
+ROTATION_KEYS = 1000
+ROTATION_JOBS = 3  # per key
+# A claim's grants share one statement timestamp, ordered here by id, not by grant: a batch (up to
+# the queue's 10 slots) reads as reordered; and the hand-over passes slots a few at a time.
+FIRST_SLACK = 10  # attempts
+WAIT_SLACK = 0.10  # a tenth over the bound below: run times measured on a shared, loaded machine
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_processes__1000_equal_keys_on_10_slots__each_served_within_one_rotation(spawn: Spawner) -> None:
+    """1,000 backlogged keys, 3 jobs of 50 ms each, inserted key after key (plain order would run
+    each key's three back to back), one worker process with 10 slots, measured from the rows:
+
+    - ordered by start, every key's first attempt is among the first 1,000 (one rotation, about
+      100 releases of the 10 slots), give or take a batch;
+    - between two attempts of a key, the other keys hold at most a rotation of its own attempt's
+      slot-seconds plus two of their own (999 x (d + 2 x mean)): slots rotate by slot-seconds, each
+      backlogged key's tag within one attempt of the others', so a key whose attempt ran long here
+      (this machine stretches a 50 ms sleep to 60-150 ms) waits until the others caught up, and one
+      served first in a rotation can be served last in the next."""
+    Queue.objects.create(name=QUEUE, max_workers=10)
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(kind="sleep", queue=QUEUE, fair_key=f"t{k:04d}", args={"seconds": 0.05}, state="available", run_at=now)
+        for k in range(ROTATION_KEYS)
+        for _ in range(ROTATION_JOBS)
+    )
+    total = ROTATION_KEYS * ROTATION_JOBS
+    workers = start(spawn, 1)
+    wait_until(lambda: drained(workers, total), timeout=180, interval=0.2, what=f"{total} jobs done")
+    runs = ran(QUEUE)
+    assert len(runs) == total
+    positions: dict[str, list[int]] = {}
+    for index, r in enumerate(runs):
+        positions.setdefault(r.key, []).append(index)
+    assert len(positions) == ROTATION_KEYS
+    last_first = max(p[0] for p in positions.values())
+    assert last_first < ROTATION_KEYS + FIRST_SLACK, last_first
+    held = [(r.end - r.start).total_seconds() for r in runs]
+    mean = sum(held) / len(held)
+    before = list(itertools.accumulate(held, initial=0.0))  # before[i]: slot-seconds of runs[:i]
+    over = []
+    for p in positions.values():
+        for a, b in itertools.pairwise(p):
+            others = before[b] - before[a + 1]
+            bound = (ROTATION_KEYS - 1) * (held[a] + 2 * mean) * (1 + WAIT_SLACK)
+            if others > bound:
+                over.append((runs[a].key, b - a, round(others, 2), round(bound, 2)))
+    assert over == [], over[:10]

@@ -1,5 +1,6 @@
 // The bulk action's runner: posts one chunk at a time (the server answers JSON with the cursor) until
-// the filter is exhausted or Stop is pressed; nothing runs between chunks once stopped.
+// the filter is exhausted or Stop is pressed; nothing runs between chunks once stopped. Between chunks
+// it waits the pause the server names (as long as the chunk took), leaving the database room.
 (function () {
   "use strict";
   var form = document.getElementById("awa-bulk-form");
@@ -24,7 +25,7 @@
         progress.dataset.done = total.done; progress.dataset.skipped = total.skipped;
         if (answer.finished) { stop.disabled = true; show("finished", "Finished: " + summary() + "."); return; }
         show("running", "Running: " + summary() + "…");
-        chunk(answer.after);
+        window.setTimeout(function () { chunk(answer.after); }, answer.pause_ms || 0);
       })
       .catch(function (error) { stop.disabled = true; show("failed", "Failed (" + error.message + ") after " + summary() + "."); });
   }

@@ -1,0 +1,49 @@
+-- roll_up_history: per minute, per kind and per queue, the jobs finalised in [start, stop):
+-- completed, failed and cancelled counts; wait (run_at to the last attempt's start) and run (that
+-- attempt's start to finalized_at) p50/p95 in seconds, over the jobs a worker attempted. Within a
+-- minute only the `top` busiest kinds (and queues) keep their own row; the rest are summed under
+-- the name '' (no kind or queue has an empty name), so no kind count can grow the table unbounded.
+-- Parameters: start, stop (timestamptz, whole minutes), top (int).
+-- Index: awa_job_finalized_idx (state, finalized_at) WHERE state IN (completed, failed,
+-- cancelled): one range per finished state over the round's minutes only, never a scan of
+-- awa_job; the rows it finds are read from the heap for kind, queue and times.
+-- Locking: plain reads of awa_job (no row locks); run after delete_history_minutes under
+-- lock_history_mark's row lock, in the same transaction, so the minutes are replaced, not added.
+WITH finished AS (
+    SELECT date_trunc('minute', finalized_at) AS minute,
+           kind,
+           queue,
+           state,
+           -- GREATEST skips NULLs: a job no worker attempted must give NULL, not 0.
+           CASE WHEN attempted_at IS NOT NULL
+                THEN EXTRACT(EPOCH FROM GREATEST(attempted_at - run_at, interval '0'))::float8 END AS wait,
+           CASE WHEN attempted_at IS NOT NULL
+                THEN EXTRACT(EPOCH FROM GREATEST(finalized_at - attempted_at, interval '0'))::float8 END AS run
+    FROM awa_job
+    WHERE state IN ('completed', 'failed', 'cancelled')
+      AND finalized_at >= %(start)s::timestamptz
+      AND finalized_at < %(stop)s::timestamptz
+), sides AS (
+    SELECT minute, 'kind'::varchar AS dimension, kind AS name, state, wait, run FROM finished
+    UNION ALL
+    SELECT minute, 'queue'::varchar, queue, state, wait, run FROM finished
+), ranked AS (
+    SELECT minute, dimension, name,
+           row_number() OVER (PARTITION BY minute, dimension ORDER BY count(*) DESC, name) AS rank
+    FROM sides
+    GROUP BY minute, dimension, name
+)
+INSERT INTO awa_history (minute, dimension, name, completed, failed, cancelled, wait_p50, wait_p95, run_p50, run_p95)
+SELECT s.minute,
+       s.dimension,
+       CASE WHEN r.rank <= %(top)s::int THEN s.name ELSE '' END AS bucket,
+       count(*) FILTER (WHERE s.state = 'completed'),
+       count(*) FILTER (WHERE s.state = 'failed'),
+       count(*) FILTER (WHERE s.state = 'cancelled'),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY s.wait),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY s.wait),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY s.run),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY s.run)
+FROM sides AS s
+JOIN ranked AS r USING (minute, dimension, name)
+GROUP BY s.minute, s.dimension, bucket
