@@ -214,6 +214,11 @@ class KeyedClaims:
                 offered += 1
         return offered
 
+    def arrivals_announced(self) -> None:
+        """New jobs were announced (a NOTIFY, a nudge): read the arrivals before the next claim, and
+        hand no slot over until then (runner.QueueRunner._plan_keyed_hand_over)."""
+        self.arrivals_pending = True
+
     async def read_arrivals(self, pool: AsyncConnectionPool, lanes: LaneCursors) -> int:
         """One find_arrivals past the discovery cursors: each job read is offered to its key, and
         moves its key's cursor back if it lies behind it. Returns the rows read."""

@@ -151,7 +151,7 @@ class QueueRunner:
         self._nudges += 1
         self._hungry = True
         if self._keyed is not None:
-            self._keyed.arrivals_pending = True
+            self._keyed.arrivals_announced()
         self._wake.set()
 
     def wake(self) -> None:
@@ -262,8 +262,12 @@ class QueueRunner:
         """The keyed hand-over: the kept permits' attempts end now (their keys told), and the slots
         go to what ``KeyShares`` grants, within the queue's rate tokens, claimed by claim_keyed_jobs
         after the writes. None for a queue with caps (its claims take their keys' locks and count
-        their running rows first, in the runner: keyed.py, "Caps")."""
-        if keyed.settings.capped:
+        their running rows first, in the runner: keyed.py, "Caps"), and None while arrivals are
+        announced and not yet read: a newcomer key is unknown to ``KeyShares`` until the runner
+        reads them, and every slot handed over meanwhile would go to the keys it already knows
+        (under load, a flood's key took dozens of starts ahead of a newcomer that way). The freed
+        permits go back, and the runner's own claim, after its read, takes them."""
+        if keyed.settings.capped or keyed.arrivals_pending:
             return None
         kept = [p for p in self._runners.allocator.keepable(self.name, permits) if isinstance(p, KeyedPermit)]
         if self._bucket is not None and kept:
@@ -421,6 +425,8 @@ class QueueRunner:
         seen = self._nudges
         if keyed.arrivals_pending:
             await keyed.read_arrivals(pool, self._lanes)
+            if self._nudges != seen:
+                keyed.arrivals_announced()  # during the read, perhaps after its snapshot: read again
         if not keyed.shares.has_eligible():
             if not keyed.arrivals_pending:
                 self._ran_dry(seen, own_claim=True)
