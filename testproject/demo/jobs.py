@@ -1,5 +1,5 @@
-"""Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``fail``,
-``record`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
+"""Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``spin``,
+``fail``, ``record`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,17 @@ async def stamp(**args: object) -> float:
 async def sleep(seconds: float = 1.0) -> None:
     """Sleeps for ``seconds``: a stand-in for I/O-bound work."""
     await asyncio.sleep(float(seconds))
+
+
+@job("spin")
+def spin(loops: int = 100_000) -> int:
+    """``loops`` additions in pure Python, holding the GIL throughout: a stand-in for CPU-bound
+    work of a fixed size (not of a fixed time, which threads sharing one GIL would each reach while
+    doing a fraction of the work). bench/processes.py sizes it to about 2 ms."""
+    total = 0
+    for i in range(int(loops)):
+        total += i
+    return total
 
 
 class DemoFailureError(RuntimeError):

@@ -1,6 +1,7 @@
 """``awa_worker --processes N``: N real worker processes under one parent, the host's global
-maximum held by all of them together (counted from the rows), a dead child started again, and a
-SIGTERM to the parent stopping every child cleanly."""
+maximum held by all of them together (counted from the rows), its weights and floors too (counted
+from the database's running rows, as the cluster-scope fairness test counts them), a dead child
+started again, and a SIGTERM to the parent stopping every child cleanly."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from awa_django.models import Job, WorkerInstance
+from awa_django.models import Job, Queue, WorkerInstance
 from tests.harness import wait_until
+from tests.weighted.support import Sampler, between, contended, time_weighted_mean
 from tests.worker.support import Spawner
 
 FAST = ["--heartbeat-interval", "0.5", "--heartbeat-staleness", "3", "--poll-interval", "0.5"]
@@ -69,3 +71,32 @@ def test_processes__a_split_that_cannot_be_made_is_refused_before_any_child_star
     assert parent.wait_exit() == 1
     assert "global_max_workers=3 is fewer than the 4 worker processes" in parent.log, parent.log[-2000:]
     assert "worker process started" not in parent.log
+
+
+@pytest.mark.slow
+def test_processes__weights_and_floors_hold_for_the_host_across_the_children(spawn: Spawner) -> None:
+    """Global 12 over two children; A min 2 weight 3, B min 2 weight 1 (the cluster test's shape).
+    The host's ideal is A 2 + 6, B 2 + 2 (A's share 8/12): each child runs its half (global 6, A
+    min 1, B min 1, a pool of 4 split 3:1), and the two together must show the host's split, never
+    more than 12 running, from the database's running rows."""
+    Queue.objects.create(name="A", min_workers=2, weight=3)
+    Queue.objects.create(name="B", min_workers=2, weight=1)
+    parent = spawn("-q", "A", "-q", "B", "--processes", "2", "--global-max-workers", "12", *FAST, name="parent")
+    wait_until(lambda: len(_live_pids()) == 2, 60, 0.1, "two worker processes' snapshots")
+    window_seconds = 5.0
+    with Sampler(["A", "B"]) as sampler:
+        with transaction.atomic():
+            Job.objects.enqueue_many([{"kind": "sleep", "queue": "A", "args": {"seconds": 0.1}}] * 900)
+            Job.objects.enqueue_many([{"kind": "sleep", "queue": "B", "args": {"seconds": 0.1}}] * 450)
+        start = sampler.wait_for(lambda s: s.running["A"] > 0 and s.running["B"] > 0, 60, "both queues running").t
+        sampler.wait_for(lambda s: s.t >= start + 1.0 + window_seconds, 60, "the measuring window to pass")
+    samples = sampler.snapshot()
+    window = between(contended(samples, ["A", "B"]), start + 1.0, start + 1.0 + window_seconds)
+    assert len(window) >= 20, f"{len(window)} samples while both queues were loaded"
+    assert window[-1].t - window[0].t >= window_seconds * 0.9, "both queues must stay loaded"
+    mean_a = time_weighted_mean(window, lambda s: s.running["A"])
+    mean_b = time_weighted_mean(window, lambda s: s.running["B"])
+    parent.assert_alive()
+    assert max(s.total for s in samples) <= 12
+    assert abs(mean_a / (mean_a + mean_b) - 8 / 12) <= 0.05 * 8 / 12, (mean_a, mean_b)
+    assert mean_a + mean_b >= 10, (mean_a, mean_b)
