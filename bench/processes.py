@@ -16,7 +16,10 @@ Two drains per repetition and process count, the counts in rotating order:
 Each drain is ``manage.py awa_worker -q bench --processes N`` with the defaults otherwise, until
 every job is completed (bench/floor.py's ``worker_once``: the rate over the rows' own span, from
 the first claim to the last completion, and from spawn, which includes starting N children).
-It prints each count's medians and the median of the paired ratios N ÷ 1.
+The children of ``--processes N`` start one after another, so a short drain's span from the first
+claim includes time before the last child claims: the rate over the middle 80 % of completions
+(10th to 90th percentile of ``finalized_at``) is printed beside it. It prints each count's medians
+and the medians of the paired ratios N ÷ 1.
 
 The database is ``awa_bench_processes`` on the embedded server (or DATABASE_URL's server).
 """
@@ -50,6 +53,18 @@ def spin_loops(ms: float) -> int:
     return max(1, round(probe * ms / 1000 / statistics.median(timings)))
 
 
+def middle_rate(n: int) -> float:
+    """n jobs' middle 80 % over their span: 0.8 n over the time from the 10th to the 90th percentile
+    of ``finalized_at``. The children of ``--processes N`` start one after another, and a drain of a
+    few seconds from the first claim counts the time before the last one claims; this does not."""
+    with floor.connect() as conn:
+        (seconds,) = conn.execute(
+            "SELECT extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finalized_at) "
+            "- percentile_disc(0.1) WITHIN GROUP (ORDER BY finalized_at)) FROM awa_job"
+        ).fetchone()
+    return 0.8 * n / float(seconds)
+
+
 def fill(kind: str, n: int, args: dict[str, object]) -> None:
     """An empty, vacuumed awa_job with n available jobs of ``kind`` in the bench queue."""
     from awa_django.models import Job
@@ -79,6 +94,7 @@ def main() -> None:
     counts = args.processes
     spans: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in cases for n in counts}
     spawned: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in cases for n in counts}
+    middles: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in cases for n in counts}
     for rep in range(args.reps):
         order = counts[rep % len(counts) :] + counts[: rep % len(counts)]
         for kind, (jobs, job_args) in cases.items():
@@ -87,22 +103,28 @@ def main() -> None:
                 rate, from_spawn, _ = floor.worker_once(jobs, ["--processes", str(n)])
                 spans[kind, n].append(rate)
                 spawned[kind, n].append(from_spawn)
+                middles[kind, n].append(middle_rate(jobs))
                 print(
                     f"  rep {rep + 1} {kind} --processes {n}: {rate:,.0f} jobs/s first claim to last "
-                    f"completion, {from_spawn:,.0f}/s from spawn",
+                    f"completion, {middles[kind, n][-1]:,.0f}/s over the middle 80 %, {from_spawn:,.0f}/s from spawn",
                     file=sys.stderr,
                     flush=True,
                 )
     base = counts[0]
     print(f"{args.reps} rotated repetitions, medians (spin: {loops:,} additions, {args.spin_ms} ms on one core):")
-    print(f"| drain | --processes | jobs/s, first claim to last completion | from spawn | ÷ {base} (paired) |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        f"| drain | --processes | jobs/s, first claim to last completion | ÷ {base} (paired) "
+        f"| middle 80 % | ÷ {base} (paired) | from spawn |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for kind, (jobs, _) in cases.items():
         for n in counts:
             paired = [r / b for r, b in zip(spans[kind, n], spans[kind, base], strict=True)]
+            paired_middle = [r / b for r, b in zip(middles[kind, n], middles[kind, base], strict=True)]
             print(
                 f"| {jobs:,} {kind} | {n} | {statistics.median(spans[kind, n]):,.0f} | "
-                f"{statistics.median(spawned[kind, n]):,.0f} | {statistics.median(paired):.2f} |"
+                f"{statistics.median(paired):.2f} | {statistics.median(middles[kind, n]):,.0f} | "
+                f"{statistics.median(paired_middle):.2f} | {statistics.median(spawned[kind, n]):,.0f} |"
             )
 
 
