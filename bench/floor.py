@@ -79,16 +79,17 @@ def connect() -> Any:
     return psycopg.connect(**conninfo(settings.DATABASES["default"]), autocommit=True)
 
 
-def fill(n: int) -> None:
-    """An empty, vacuumed awa_job with n available noop jobs."""
+def fill(n: int, kind: str = "noop", args: dict[str, Any] | None = None) -> None:
+    """An empty, vacuumed awa_job with n available jobs of ``kind`` (``args`` each) in the bench queue."""
     from awa_django.models import Job
 
+    spec = {"kind": kind, "queue": QUEUE, **({"args": args} if args else {})}
     with connect() as conn:
         conn.execute("TRUNCATE awa_job")
         conn.execute("VACUUM ANALYZE awa_job")
     batch = 10_000
     for start in range(0, n, batch):
-        Job.objects.enqueue_many([{"kind": "noop", "queue": QUEUE} for _ in range(min(batch, n - start))])
+        Job.objects.enqueue_many([dict(spec) for _ in range(min(batch, n - start))])
     with connect() as conn:
         conn.execute("VACUUM ANALYZE awa_job")
 

@@ -65,19 +65,6 @@ def middle_rate(n: int) -> float:
     return 0.8 * n / float(seconds)
 
 
-def fill(kind: str, n: int, args: dict[str, object]) -> None:
-    """An empty, vacuumed awa_job with n available jobs of ``kind`` in the bench queue."""
-    from awa_django.models import Job
-
-    with floor.connect() as conn:
-        conn.execute("TRUNCATE awa_job")
-        conn.execute("VACUUM ANALYZE awa_job")
-    for start in range(0, n, 10_000):
-        Job.objects.enqueue_many([{"kind": kind, "queue": floor.QUEUE, "args": args}] * min(10_000, n - start))
-    with floor.connect() as conn:
-        conn.execute("VACUUM ANALYZE awa_job")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--noop", type=int, default=50_000, help="no-op jobs per drain (0: skip)")
@@ -99,7 +86,7 @@ def main() -> None:
         order = counts[rep % len(counts) :] + counts[: rep % len(counts)]
         for kind, (jobs, job_args) in cases.items():
             for n in order:
-                fill(kind, jobs, job_args)
+                floor.fill(jobs, kind, job_args)
                 rate, from_spawn, _ = floor.worker_once(jobs, ["--processes", str(n)])
                 spans[kind, n].append(rate)
                 spawned[kind, n].append(from_spawn)
