@@ -41,7 +41,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa_django.concurrency import Permit
+from awa_django.concurrency import Permit, release_all
 from awa_django.observability.joblog import log_job
 from awa_django.observability.sink import REFUSALS
 from awa_django.sql import statements
@@ -222,6 +222,8 @@ class Completer:
         except BaseException:
             for permit in permits:
                 permit.release()
+            for claim in plan.values():  # the hand-over's own, beyond the batch's (runner._top_up)
+                release_all(claim.permits)
             raise
         refused = [entry for entry in batch if entry.job.id not in written]
         reasons = await self._refusal_reasons(refused) if refused else {}

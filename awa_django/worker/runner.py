@@ -238,9 +238,8 @@ class QueueRunner:
         next step) is claimed in the same round trip, not after the commit's NOTIFY and a claim of
         its own; if none was, the claim finds nothing and its permits go back. Only while nothing
         else of the queue runs (the chain's case): a queue draining a backlog keeps its own claims.
-        (A short A/B read a wide fan-out's drain 12 % slower with the claim planned on every batch;
-        counted, almost all of that drain's hand-overs come while the queue is hungry anyway, so
-        the cause is not settled.)"""
+        The claim asks for the freed permits it keeps and for every other slot the queue may take
+        now (``_top_up``): a fan-out's head frees one permit and releases thousands of steps."""
         if self._config.paused:
             return None
         if not self._hungry and not (releasing and self._runners.allocator.in_flight(self.name) <= len(permits)):
@@ -252,11 +251,29 @@ class QueueRunner:
             kept = kept[: self._bucket.take(len(kept), now)]
         if not kept:
             return None
+        kept += self._top_up(now)
         if self._hand_over_out is not None:  # never answered: its rewinds must not be lost
             self._lanes.claim_failed(self._hand_over_out)
         params = self._claim_params(len(kept))
         self._hand_over_out = params
         return HandOverClaim(kept, params)
+
+    def _top_up(self, now: float) -> list[Permit]:
+        """Permits the queue may take now beyond the freed ones it keeps, for the same hand-over
+        claim: what its runner's next claim would ask for, taken here before the claim as the
+        runner would. Without it, a group of slots that once started apart (a fan-out released
+        by one job's end: that one slot handed over, the other slots claimed by the runner
+        after the NOTIFY) kept its own cycle of writes and claims for the whole drain, two round
+        trips where one would do (bench/workflows.py's fan-out, batches of 49 and 1)."""
+        wanted = self.wanted
+        if self._bucket is not None:
+            wanted = min(wanted, self._bucket.available(now))
+        if wanted <= 0:
+            return []
+        extra = self._runners.allocator.try_acquire(self.name, wanted)
+        if self._bucket is not None and extra:
+            self._bucket.take(len(extra), now)
+        return extra
 
     def _plan_keyed_hand_over(self, keyed: KeyedClaims, permits: list[Permit], now: float) -> HandOverClaim | None:
         """The keyed hand-over: the kept permits' attempts end now (their keys told), and the slots

@@ -1,0 +1,154 @@
+"""The writer's hand-over claim asks for every slot its queue may take now, not only the freed ones.
+
+A fan-out's head ends in a batch of one: its release makes thousands of steps available in the
+write's transaction, and the hand-over claim that follows it in the same round trip used to carry
+the head's one permit, while the runner claimed the other slots after the commit's NOTIFY. The two
+groups then kept apart for the whole drain, each with its own writes and claims (batches of 49 and
+1 where one of 50 would do: bench/workflows.py read the fan-out's drain at 0.64x the plain one).
+Now the plan tops the kept permits up with what ``Allocator.try_acquire`` grants the queue, the
+permits the runner's own next claim would take, so one claim fills every slot.
+
+These tests drive ``Runners.plan_hand_over`` directly, with a real allocator and no database: what
+they check is which permits the plan holds, and that the allocator's rules (capacity, weights,
+rate tokens) bound the top-up exactly as they bound the runner's own claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from awa_django.concurrency import Allocator
+from awa_django.worker import QueueConfig
+from awa_django.worker.runner import Runners
+from awa_django.worker.stop import Stop
+from tests.harness import make_config
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A loop the runners bind to and never run (a released permit schedules a wake-up on it)."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _runners(
+    loop: asyncio.AbstractEventLoop, allocator: Allocator, queues: dict[str, QueueConfig], **overrides: Any
+) -> Runners:
+    config = make_config(queues, **overrides)
+    runners = Runners(config, allocator, pool=None, stop=Stop(), worker="test:1")  # type: ignore[arg-type]
+    spawned = []
+
+    def spawn(name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        coro.close()  # the runner's loop is not run: only its planning is under test
+        task = loop.create_task(asyncio.sleep(0))
+        spawned.append(task)
+        return task
+
+    runners.open(loop, spawn, lambda job, permit, deadline: None)
+    for queue in queues.values():
+        runners.serve(queue)
+    loop.run_until_complete(asyncio.gather(*spawned))
+    return runners
+
+
+def test_top_up__a_releasing_batch_of_one_claims_for_every_free_slot_of_its_queue(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    allocator = Allocator.hard_reserved({"fan": 8})
+    runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8)})
+    head = allocator.try_acquire("fan", 1)
+    plan = runners.plan_hand_over(head, frozenset({"fan"}))
+    claim = plan["fan"]
+    assert len(claim.permits) == 8
+    assert claim.params["limit"] == 8
+    assert head[0] in claim.permits  # the freed permit passes on; the other seven are new
+    assert allocator.in_flight("fan") == 8 and allocator.available("fan") == 0
+
+
+def test_top_up__a_batch_that_releases_nothing_plans_no_claim_for_an_idle_queue(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    allocator = Allocator.hard_reserved({"plain": 8})
+    runners = _runners(loop, allocator, {"plain": QueueConfig("plain", max_workers=8)})
+    permits = allocator.try_acquire("plain", 1)
+    assert runners.plan_hand_over(permits, frozenset()) == {}
+    assert allocator.in_flight("plain") == 1  # nothing taken: the freed permit goes back after the write
+
+
+def test_top_up__an_unfilled_claim_gives_every_permit_back(loop: asyncio.AbstractEventLoop) -> None:
+    allocator = Allocator.hard_reserved({"fan": 8})
+    runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8)})
+    head = allocator.try_acquire("fan", 1)
+    claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
+    runners.adopt("fan", [], claim, claim_ran=True)  # the release made nothing available here
+    assert allocator.in_flight("fan") == 0
+    assert all(permit.released for permit in claim.permits)
+
+
+def test_top_up__a_refused_batch_gives_every_permit_back_too(loop: asyncio.AbstractEventLoop) -> None:
+    allocator = Allocator.hard_reserved({"fan": 8})
+    runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8)})
+    head = allocator.try_acquire("fan", 1)
+    claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
+    runners.adopt("fan", [], claim, claim_ran=False)
+    assert allocator.in_flight("fan") == 0
+
+
+def test_top_up__weighted__takes_the_overflow_the_runner_would_and_leaves_another_queues_floor(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    allocator = Allocator.weighted(
+        10, {"fan": QueueConfig("fan", min_workers=1, weight=1), "other": QueueConfig("other", min_workers=3, weight=1)}
+    )
+    runners = _runners(
+        loop,
+        allocator,
+        {"fan": QueueConfig("fan", min_workers=1, weight=1), "other": QueueConfig("other", min_workers=3, weight=1)},
+        global_max_workers=10,
+    )
+    head = allocator.try_acquire("fan", 1)
+    claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
+    # The idle queue's 3 guaranteed slots stay free for it: the fan-out gets its floor and the overflow.
+    assert len(claim.permits) == 7
+    assert allocator.total_in_flight == 7
+    assert allocator.try_acquire("other", 3) and allocator.in_flight("other") == 3
+
+
+def test_top_up__weighted__takes_exactly_what_the_runners_own_claim_would(loop: asyncio.AbstractEventLoop) -> None:
+    queues = {"fan": QueueConfig("fan", min_workers=1, weight=1), "busy": QueueConfig("busy", min_workers=1, weight=1)}
+    allocator = Allocator.weighted(10, queues)
+    runners = _runners(loop, allocator, queues, global_max_workers=10)
+    busy = allocator.try_acquire("busy", 5)  # its floor and 4 of the overflow
+    head = allocator.try_acquire("fan", 1)
+    twin = Allocator.weighted(10, queues)  # the same state, where the runner asks for itself
+    twin_busy = twin.try_acquire("busy", 5)
+    twin_head = twin.try_acquire("fan", 1)
+    claim = runners.plan_hand_over(head, frozenset({"fan"})).get("fan")
+    planned = 0 if claim is None else len(claim.permits)
+    runner_would = len(twin_head) + len(twin.try_acquire("fan", 10))
+    assert len(twin_busy) == len(busy)
+    assert planned == runner_would == 5  # the free overflow, no more than its own claim would take
+    assert allocator.total_in_flight == 10 and allocator.in_flight("busy") == 5
+
+
+def test_top_up__rate_tokens_bound_the_extra_permits(loop: asyncio.AbstractEventLoop) -> None:
+    allocator = Allocator.hard_reserved({"fan": 8})
+    queue = QueueConfig("fan", max_workers=8, rate_limit=1.0, rate_burst=3)
+    runners = _runners(loop, allocator, {"fan": queue})
+    head = allocator.try_acquire("fan", 1)
+    claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
+    assert len(claim.permits) == 3  # a burst of 3 tokens: the freed permit and two more
+    assert allocator.in_flight("fan") == 3
+
+
+def test_top_up__a_paused_queue_plans_nothing(loop: asyncio.AbstractEventLoop) -> None:
+    allocator = Allocator.hard_reserved({"fan": 8})
+    runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8, paused=True)})
+    head = allocator.try_acquire("fan", 1)
+    assert runners.plan_hand_over(head, frozenset({"fan"})) == {}
+    assert allocator.in_flight("fan") == 1
