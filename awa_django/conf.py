@@ -15,6 +15,7 @@ type. The system checks (``awa_django.checks``) report the same problems without
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -271,6 +272,24 @@ def _metrics(key: str, value: object) -> SettingProblem | None:
     return SettingProblem(key, value, "awa.E015", message, "remove it for the default ('none')")
 
 
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+
+
+def _event_loop(key: str, value: object) -> SettingProblem | None:
+    if value in ("auto", "asyncio"):
+        return None
+    if value == "uvloop":
+        if importlib.util.find_spec("uvloop") is not None:
+            return None
+        message = (
+            "AWA['EVENT_LOOP'] is 'uvloop' but uvloop is not installed: pip install 'awa-django[uvloop]' "
+            "(not on Windows), or set 'auto' to take it only where it is installed"
+        )
+        return SettingProblem(key, value, "awa.E015", message, "or set 'asyncio' for the standard loop", error=message)
+    message = f"AWA['EVENT_LOOP'] is {value!r}; it must be one of {', '.join(map(repr, EVENT_LOOPS))}"
+    return SettingProblem(key, value, "awa.E015", message, "remove it for the default ('auto')", error=message)
+
+
 Rule = Callable[[str, object], SettingProblem | None]
 
 
@@ -397,6 +416,12 @@ class AwaSettings:
         _flag,
         "`awa_worker` moves its start-up objects out of the garbage collector's reach (`gc.freeze`) and "
         "collects young objects every 10,000 allocations, not 700; `False` leaves Python's collector as it is",
+    )
+    EVENT_LOOP: str = setting(
+        "auto",
+        _event_loop,
+        '`awa_worker`\'s event loop: `"auto"` takes uvloop where it is installed (awa-django[uvloop]), '
+        '`"uvloop"` requires it, `"asyncio"` keeps the standard loop (`--event-loop`)',
     )
     METRICS: str = setting(
         "none",

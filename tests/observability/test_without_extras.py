@@ -45,9 +45,9 @@ print("OK")
 
 @pytest.fixture
 def blocked(tmp_path: Path) -> dict[str, str]:
-    """An environment in which `import prometheus_client` and `import opentelemetry` fail."""
+    """An environment in which `import prometheus_client`, `import opentelemetry` and `import uvloop` fail."""
     blocker = tmp_path / "blocked"
-    for package in ("prometheus_client", "opentelemetry"):
+    for package in ("prometheus_client", "opentelemetry", "uvloop"):
         (blocker / package).mkdir(parents=True)
         (blocker / package / "__init__.py").write_text(f"raise ImportError('{package} is not installed (test)')\n")
     path = os.pathsep.join(p for p in [str(blocker), str(ROOT), os.environ.get("PYTHONPATH", "")] if p)
@@ -79,6 +79,7 @@ def test_without_extras__worker_runs_jobs_and_logs_them_at_v2(spawn: Spawner, bl
     for job in jobs:
         assert f"job completed job_id={job.pk} kind=noop queue=plain attempt=1 duration_ms=" in text, text[-3000:]
     assert "claimed queue=plain" in text
+    assert "event loop asyncio" in text  # AWA['EVENT_LOOP'] "auto" without uvloop: the standard loop
     assert "notified channel=awa_jobs payload=plain" in text or "backlog probe wakes queue=plain" in text
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
-from awa_django.conf import CAPACITY_SCOPES, AwaSettings, InvalidSettingsError, awa_settings
+from awa_django.conf import CAPACITY_SCOPES, EVENT_LOOPS, AwaSettings, InvalidSettingsError, awa_settings
 from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
@@ -26,7 +26,7 @@ from awa_django.observability.sink import MetricsSink, load_sink
 from awa_django.observability.summary import SUMMARY_INTERVAL_DEFAULT, SummarySink
 from awa_django.validation import text_problem
 from awa_django.worker.db import Backoff
-from awa_django.worker.process import tune_gc
+from awa_django.worker.process import loop_factory, tune_gc
 
 if TYPE_CHECKING:
     from awa_django.worker import Worker
@@ -200,6 +200,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--process-index", type=int, help=argparse.SUPPRESS)
         parser.add_argument(
+            "--event-loop",
+            choices=EVENT_LOOPS,
+            help="auto: uvloop where it is installed (awa-django[uvloop]), else asyncio's own; uvloop: "
+            "require it; asyncio: the standard loop (default: AWA['EVENT_LOOP'], auto)",
+        )
+        parser.add_argument(
             "--summary-interval",
             type=seconds,
             metavar="SECONDS",
@@ -353,9 +359,15 @@ class Command(BaseCommand):
                 synced.removed,
             )
         worker = Worker(config, metrics=metrics)
+        try:
+            factory, loop_name = loop_factory(options.get("event_loop") or command_settings().EVENT_LOOP)
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        logging.getLogger("awa_django").info("event loop %s", loop_name)
         tune_gc(command_settings().GC_FREEZE)
         try:
-            asyncio.run(run_worker(worker, probes))
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(run_worker(worker, probes))
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
             pass
         if worker.executor.sync_running:
