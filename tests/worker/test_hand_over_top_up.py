@@ -20,6 +20,8 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from awa_django.concurrency import Allocator
 from awa_django.worker import QueueConfig
@@ -80,23 +82,18 @@ def test_top_up__a_batch_that_releases_nothing_plans_no_claim_for_an_idle_queue(
     assert allocator.in_flight("plain") == 1  # nothing taken: the freed permit goes back after the write
 
 
-def test_top_up__an_unfilled_claim_gives_every_permit_back(loop: asyncio.AbstractEventLoop) -> None:
+@pytest.mark.parametrize("claim_ran", [True, False], ids=["unfilled", "refused"])
+def test_top_up__an_unfilled_or_refused_claim_gives_every_permit_back(
+    loop: asyncio.AbstractEventLoop, claim_ran: bool
+) -> None:
     allocator = Allocator.hard_reserved({"fan": 8})
     runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8)})
     head = allocator.try_acquire("fan", 1)
     claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
-    runners.adopt("fan", [], claim, claim_ran=True)  # the release made nothing available here
+    # claim_ran True: the release made nothing available here; False: the batch was refused
+    runners.adopt("fan", [], claim, claim_ran=claim_ran)
     assert allocator.in_flight("fan") == 0
     assert all(permit.released for permit in claim.permits)
-
-
-def test_top_up__a_refused_batch_gives_every_permit_back_too(loop: asyncio.AbstractEventLoop) -> None:
-    allocator = Allocator.hard_reserved({"fan": 8})
-    runners = _runners(loop, allocator, {"fan": QueueConfig("fan", max_workers=8)})
-    head = allocator.try_acquire("fan", 1)
-    claim = runners.plan_hand_over(head, frozenset({"fan"}))["fan"]
-    runners.adopt("fan", [], claim, claim_ran=False)
-    assert allocator.in_flight("fan") == 0
 
 
 def test_top_up__weighted__takes_the_overflow_the_runner_would_and_leaves_another_queues_floor(
@@ -152,3 +149,60 @@ def test_top_up__a_paused_queue_plans_nothing(loop: asyncio.AbstractEventLoop) -
     head = allocator.try_acquire("fan", 1)
     assert runners.plan_hand_over(head, frozenset({"fan"})) == {}
     assert allocator.in_flight("fan") == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_top_up__over_random_allocators_plans_what_the_runner_would_and_never_passes_capacity(
+    data: st.DataObject,
+) -> None:
+    """Any mode, floors, weights, maxima and permits already held: the hand-over of one freed permit
+    of a hungry queue holds exactly the kept permit(s) plus what the runner's own ``try_acquire``
+    would be granted in the same state (replayed on a twin allocator), and no queue or host ever
+    holds more than its capacity."""
+    weighted = data.draw(st.booleans(), label="weighted")
+    names = [f"q{i}" for i in range(data.draw(st.integers(1, 3), label="queues"))]
+    if weighted:
+        global_max = data.draw(st.integers(len(names), 16), label="global_max_workers")
+        mins = data.draw(st.lists(st.integers(0, 3), min_size=len(names), max_size=len(names)), label="mins")
+        mins = [m if sum(mins) <= global_max else 0 for m in mins]
+        weights = data.draw(st.lists(st.integers(1, 5), min_size=len(names), max_size=len(names)), label="weights")
+        queues = {n: QueueConfig(n, min_workers=m, weight=w) for n, m, w in zip(names, mins, weights, strict=True)}
+
+        def make() -> Allocator:
+            return Allocator.weighted(global_max, queues, clock=lambda: 100.0)
+
+        overrides: dict[str, Any] = {"global_max_workers": global_max}
+    else:
+        maxima = data.draw(st.lists(st.integers(1, 8), min_size=len(names), max_size=len(names)), label="maxima")
+        queues = {n: QueueConfig(n, max_workers=m) for n, m in zip(names, maxima, strict=True)}
+
+        def make() -> Allocator:
+            return Allocator.hard_reserved({n: q.max_workers for n, q in queues.items()}, clock=lambda: 100.0)
+
+        overrides = {}
+    held = data.draw(st.lists(st.tuples(st.sampled_from(names), st.integers(1, 10)), max_size=6), label="held")
+    allocator, twin = make(), make()
+    mine: list[Any] = allocator.try_acquire("q0", 1)
+    theirs: list[Any] = twin.try_acquire("q0", 1)
+    for queue, wanted in held:
+        got, twin_got = allocator.try_acquire(queue, wanted), twin.try_acquire(queue, wanted)
+        assert len(got) == len(twin_got)
+        if queue == "q0":
+            mine, theirs = mine + got, theirs + twin_got
+    assume(mine)
+    loop = asyncio.new_event_loop()
+    try:
+        runners = _runners(loop, allocator, queues, **overrides)
+        runners["q0"].nudge()  # hungry: its last claim found more
+        plan = runners.plan_hand_over(mine[:1], frozenset())
+        kept = twin.keepable("q0", theirs[:1])
+        expected = 0 if not kept else len(kept) + len(twin.try_acquire("q0", runners["q0"].wanted))
+        planned = len(plan["q0"].permits) if "q0" in plan else 0
+        assert planned == expected
+        if weighted:
+            assert allocator.total_in_flight <= global_max
+        else:
+            assert all(allocator.in_flight(n) <= q.max_workers for n, q in queues.items())
+    finally:
+        loop.close()
