@@ -172,6 +172,14 @@ class Job(models.Model):
             models.Index(
                 fields=["queue", "run_at"], condition=Q(state=JobState.FAILED), name="awa_job_failed_queue_idx"
             ),
+            # The scheduled and retryable counts per queue (services/stats.job_counts), index-only and
+            # per queue: awa_job_pending_run_at_idx has no queue column. One entry per job that is
+            # scheduled, retried or snoozed; none for a job enqueued to run now.
+            models.Index(
+                fields=["queue", "state"],
+                condition=Q(state__in=[JobState.SCHEDULED, JobState.RETRYABLE]),
+                name="awa_job_pending_queue_idx",
+            ),
             # Migration 0017 also builds awa_job_errors_trgm_idx where pg_trgm is available (not here:
             # whether it exists depends on the server).
         ]

@@ -20,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from awa_django.admin.charts import Chart, build_chart
+from awa_django.admin.helpers import COUNT_LIMIT
 from awa_django.admin.live import live_json
 from awa_django.conf import awa_settings
 from awa_django.models import Job, JobState, Queue, WorkerInstance
@@ -98,7 +99,7 @@ def dashboard_context() -> dict[str, Any]:
     watermark, and throughput (awa_history's minutes plus awa_job's last minute or two)."""
     now = timezone.now()
     workers = live_workers(now=now)
-    stats = queue_stats(None, workers=workers)
+    stats = queue_stats(None, workers=workers, limit=COUNT_LIMIT)
     flow = throughput(60, now=now)
     empty = [0] * flow.minutes
     queues = []

@@ -22,7 +22,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from awa_django.admin.dashboard import REFRESH_SECONDS, DashboardMixin
-from awa_django.admin.helpers import SafeSelectionMixin
+from awa_django.admin.helpers import COUNT_LIMIT, SafeSelectionMixin
 from awa_django.admin.live import live_json
 from awa_django.forms import QueueForm
 from awa_django.models import JobState, Queue
@@ -52,7 +52,7 @@ class QueueChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         rows = list(self.result_list)
-        stats = queue_stats(rows, workers=live_workers())
+        stats = queue_stats(rows, workers=live_workers(), limit=COUNT_LIMIT)
         for row in rows:
             row.awa_stats = stats[row.name]
         self.result_list = rows
@@ -197,20 +197,20 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return f"{obj.rate_limit:g}/s{burst}"
 
     @admin.display(description=JobState.AVAILABLE)
-    def available(self, obj: Queue) -> int:
-        return _stats(obj).available
+    def available(self, obj: Queue) -> str:
+        return _stats(obj).shown(JobState.AVAILABLE)
 
     @admin.display(description=JobState.SCHEDULED)
-    def scheduled(self, obj: Queue) -> int:
-        return _stats(obj).scheduled
+    def scheduled(self, obj: Queue) -> str:
+        return _stats(obj).shown(JobState.SCHEDULED)
 
     @admin.display(description=JobState.RUNNING)
-    def running(self, obj: Queue) -> int:
-        return _stats(obj).running
+    def running(self, obj: Queue) -> str:
+        return _stats(obj).shown(JobState.RUNNING)
 
     @admin.display(description=JobState.FAILED)
-    def failed(self, obj: Queue) -> int:
-        return _stats(obj).failed
+    def failed(self, obj: Queue) -> str:
+        return _stats(obj).shown(JobState.FAILED)
 
     @admin.display(description="oldest available")
     def oldest_available(self, obj: Queue) -> str:
@@ -222,7 +222,8 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         if stats.modes:
             return "; ".join(stats.mode_labels)
         if stats.waiting_without_worker:  # jobs wait that nobody will run: flag it
-            return format_html('<span class="awa-bad">no live worker, {} waiting</span>', stats.available)
+            waiting = stats.shown(JobState.AVAILABLE)
+            return format_html('<span class="awa-bad">no live worker, {} waiting</span>', waiting)
         return "no live worker"
 
     @admin.display(description="in flight")

@@ -1,10 +1,11 @@
 """Read models of the queues: job counts by state, the oldest waiting job, throughput, and how
 they are shown (``format_age``).
 
-The counts use the ORM with each state in its own branch, compared to a literal, so that Postgres
-can use the partial indexes on awa_job and never reads the completed and cancelled rows (the bulk
-of a busy table); throughput reads the history rollup's per-queue minutes (awa_history) and only
-the last minute or two of finished rows, by ``finalized_at`` through awa_job_finalized_idx.
+The counts (``count_queue_jobs.sql``) read only the counted states' partial indexes, index-only, and
+never the completed and cancelled rows (the bulk of a busy table); the console's pages bound them
+per queue and state (``10000+``), so they cost the same on a table of any size. Throughput reads
+the history rollup's per-queue minutes (awa_history) and only the last minute or two of finished
+rows, by ``finalized_at`` through awa_job_finalized_idx.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import CharField, Count, Min, Q, QuerySet, Value
+from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
+from awa_django.defaults import PRIORITY_MAX, PRIORITY_MIN
 from awa_django.models import HistoryDimension, HistoryMark, HistoryMinute, Job, JobState, Queue, WorkerInstance
 from awa_django.services.cluster import QueueCapacity, capacities_by_queue, live_workers, mode_label
 from awa_django.services.db import database_alias
@@ -45,9 +47,25 @@ class QueueStats:
     paused: bool | None = None  # None: no Queue row
     has_row: bool = False
     capacities: list[QueueCapacity] = field(default_factory=list)
+    limit: int | None = None  # the counts' bound (job_counts): a count above it means "more than limit"
 
     def count(self, state: str) -> int:
         return self.counts.get(state, 0)
+
+    def capped(self, state: str) -> bool:
+        """The count of ``state`` stopped at the bound: there are more than ``limit``."""
+        return self.limit is not None and self.count(state) > self.limit
+
+    def shown(self, state: str) -> str:
+        """The count as the pages print it: ``1234``, or ``10000+`` past the bound."""
+        if self.capped(state):
+            return f"{self.limit}+"
+        return str(self.count(state))
+
+    @property
+    def shown_counts(self) -> dict[str, str]:
+        """``{state: shown(state)}`` for COUNTED_STATES (templates cannot pass arguments)."""
+        return {state: self.shown(state) for state in COUNTED_STATES}
 
     @property
     def available(self) -> int:
@@ -106,7 +124,9 @@ class QueueStats:
         return {
             "name": self.name,
             "paused": self.paused,
-            "counts": {state: self.count(state) for state in COUNTED_STATES},
+            "counts": {state: self.limit if self.capped(state) else self.count(state) for state in COUNTED_STATES},
+            "counts_capped": [state for state in COUNTED_STATES if self.capped(state)],
+            "count_limit": self.limit,
             "oldest_available_at": self.oldest_available_at.isoformat() if self.oldest_available_at else None,
             "oldest_available_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
             "in_flight": self.in_flight,
@@ -117,35 +137,33 @@ class QueueStats:
         }
 
 
-def _state_branch(state: str, queues: Sequence[str] | None) -> QuerySet[Any, Any]:
-    """One state's counts per queue: ``state = '<literal>'`` lets the planner pick its partial index."""
-    qs = Job.objects.using(database_alias()).filter(state=state)
-    if queues is not None:
-        qs = qs.filter(queue__in=list(queues))
-    return (
-        qs.order_by()
-        .values("queue")
-        .annotate(s=Value(state, output_field=CharField()), n=Count("*"), oldest=Min("run_at"))
-        .values_list("queue", "s", "n", "oldest")
-    )
-
-
-def job_counts(queues: Sequence[str] | None = None) -> dict[str, tuple[dict[str, int], datetime | None]]:
+def job_counts(
+    queues: Sequence[str] | None = None, limit: int | None = None
+) -> dict[str, tuple[dict[str, int], datetime | None]]:
     """``{queue: ({state: count}, oldest available run_at)}`` for COUNTED_STATES, in one query.
 
-    ``queues=None`` covers every queue. One UNION ALL of per-state branches: available is an
-    index-only scan of awa_job_available_idx; running, scheduled/retryable and failed use their
-    partial indexes. Completed and cancelled rows (the bulk of a busy table) are never read.
+    ``queues=None`` covers every queue with jobs in those states. ``limit``: each (queue, state)
+    count stops past it, a count above ``limit`` reads "more than ``limit``" (the console's pages;
+    None counts exactly, as awa_health does). The statement (``count_queue_jobs.sql``) reads only
+    the counted states' partial indexes, index-only, and the queues' names by a loose index scan:
+    the rows it counts are the cost, never the completed and cancelled bulk of the table.
     """
     if queues is not None and not queues:
         return {}
-    first, *rest = (_state_branch(state, queues) for state in COUNTED_STATES)
+    params = {
+        "queues": None if queues is None else list(queues),
+        "lim": None if limit is None else limit + 1,
+        "pmin": PRIORITY_MIN,
+        "pmax": PRIORITY_MAX,
+    }
+    with connections[database_alias()].cursor() as cursor:
+        cursor.execute(statements["count_queue_jobs"], params)
+        rows = cursor.fetchall()
     result: dict[str, tuple[dict[str, int], datetime | None]] = {}
-    row: tuple[str, str, int, datetime | None]
-    for row in first.union(*rest, all=True):
-        queue, state, n, oldest = row
+    for queue, state, n, oldest in rows:
         counts, oldest_available = result.get(queue, ({}, None))
-        counts[state] = n
+        if n:
+            counts[state] = int(n)
         if state == JobState.AVAILABLE:
             oldest_available = oldest
         result[queue] = (counts, oldest_available)
@@ -155,21 +173,23 @@ def job_counts(queues: Sequence[str] | None = None) -> dict[str, tuple[dict[str,
 def queue_stats(
     queues: Sequence[Queue] | None = None,
     workers: Sequence[WorkerInstance] | None = None,
+    limit: int | None = None,
 ) -> dict[str, QueueStats]:
     """Stats for the given Queue rows (a changelist page), or for every known queue.
 
     Every known queue: the Queue rows, the queues that have jobs in a counted state, and the
     queues a live worker serves. Queries: one for the counts, plus one each for the Queue rows
-    and the live workers when they are not passed in.
+    and the live workers when they are not passed in. ``limit``: the counts' bound (job_counts),
+    None for exact counts.
     """
     if workers is None:
         workers = live_workers()
     if queues is None:
         rows = list(Queue.objects.using(database_alias()).only("name", "paused"))
-        counts = job_counts(None)
+        counts = job_counts(None, limit)
     else:
         rows = list(queues)
-        counts = job_counts([q.name for q in rows])
+        counts = job_counts([q.name for q in rows], limit)
     capacities = capacities_by_queue(workers)
     stats: dict[str, QueueStats] = {}
     for row in rows:
@@ -179,6 +199,7 @@ def queue_stats(
             stats.setdefault(name, QueueStats(name))
     for name, entry in stats.items():
         entry.counts, entry.oldest_available_at = counts.get(name, ({}, None))
+        entry.limit = limit
         entry.capacities = capacities.get(name, [])
     return stats
 
