@@ -180,7 +180,7 @@ class Job(models.Model):
                 condition=Q(state__in=[JobState.SCHEDULED, JobState.RETRYABLE]),
                 name="awa_job_pending_queue_idx",
             ),
-            # Migration 0017 also builds awa_job_errors_trgm_idx where pg_trgm is available (not here:
+            # Migration 0021 also builds awa_job_error_text_idx where pg_trgm is available (not here:
             # whether it exists depends on the server).
         ]
         constraints = [

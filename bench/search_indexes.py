@@ -64,7 +64,7 @@ VARIANTS: dict[str, list[str]] = {
 INDEXES = (
     "awa_bench_args_idx", "awa_bench_tags_idx", "awa_bench_queued_args_idx", "awa_bench_queued_tags_idx",
     "awa_bench_failed_tags_idx", "awa_job_args_idx", "awa_job_tags_idx", "awa_job_queued_args_idx",
-    "awa_job_queued_tags_idx", "awa_job_failed_tags_idx", "awa_job_errors_trgm_idx",
+    "awa_job_queued_tags_idx", "awa_job_failed_tags_idx", "awa_job_errors_trgm_idx", "awa_job_error_text_idx",
 )  # fmt: skip
 
 

@@ -29,6 +29,10 @@ PARTIAL_INDEXES = {
     ),
     "awa_job_workflow_idx": ("(workflow_id, id)", "(workflow_id IS NOT NULL)"),
     "awa_job_failed_queue_idx": ("(queue, run_at)", "((state)::text = 'failed'::text)"),
+    "awa_job_pending_queue_idx": (
+        "(queue, state)",
+        "((state)::text = ANY ((ARRAY['scheduled'::character varying, 'retryable'::character varying])::text[]))",
+    ),
     "awa_job_waiting_idx": ("(id)", "((state)::text = 'waiting'::text)"),
     "awa_job_unique_key_uniq": (
         "(unique_key)",

@@ -5,7 +5,8 @@
 - ``user_id=42``, ``order.id=7``, ``email=a@b.c``: an args path equal to a value (the value read as
   JSON when it is JSON, ``42``, ``true``, ``"42"``, else as text), also by containment;
 - ``tag:urgent``: jobs carrying that tag;
-- ``error:timeout``: jobs whose error history mentions that text (case-insensitive);
+- ``error:timeout``: jobs one of whose error messages (each attempt's ``error``, not its traceback)
+  holds that text (case-insensitive);
 - ``key:tenant:42``: jobs of that fairness key;
 - anything else: the kind or the fairness key, exactly.
 
@@ -31,7 +32,9 @@ covered by a partial index, and Postgres can answer with a BitmapOr of them:
 Each group is exactly its indexes' predicate, so the planner has no reason to intersect an arm
 with another index only to narrow its states. With the state filter set, only that state is
 asked, and the narrower indexes serve it: ``awa_job_failed_tags_idx`` for a tag among failed jobs,
-``awa_job_errors_trgm_idx`` (where pg_trgm exists) for error text among failed or retryable ones.
+``awa_job_error_text_idx`` (where pg_trgm exists, migration 0021) for error text among failed or
+retryable ones: a trigram GIN on the messages alone, since timestamps and tracebacks made one on the
+whole history loose and large.
 Error text in other states, kinds and fairness keys have no index: narrow those with the state,
 queue and date filters (the counts stay bounded either way). The arms are the same condition split
 by state, so the rows found do not depend on the plan.
@@ -45,7 +48,8 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Func, Q, QuerySet, TextField
+from django.db.models.lookups import IContains
 
 from awa_django.admin.helpers import parse_id
 from awa_django.models import Job
@@ -65,6 +69,14 @@ HELP = (
     'An id (123), args as JSON ({"user_id": 42}) or paths (user_id=42 order.id=7), tag:NAME, '
     "error:TEXT, key:FAIRNESS_KEY, or a kind or fairness key (exact). Several terms: all must match."
 )
+
+
+class ErrorMessages(Func):
+    """The error history's messages (each entry's ``error``) as JSON text: the expression of
+    ``awa_job_error_text_idx`` (migration 0021), spelled the same so the planner matches it."""
+
+    template = "(jsonb_path_query_array(%(expressions)s, '$[*].error'::jsonpath))::text"
+    output_field = TextField()
 
 
 class NoMatchError(Exception):
@@ -96,7 +108,7 @@ def _condition(term: str) -> tuple[Q, bool]:
         return Q(tags__contains=[term[4:]]), True
     if term.startswith("error:"):
         text = term[6:]
-        return (Q(errors__icontains=text) if text else ~Q(errors=[])), bool(text)
+        return (Q(IContains(ErrorMessages("errors"), text)) if text else ~Q(errors=[])), bool(text)
     if term.startswith("key:"):
         return Q(fair_key=term[4:]), False
     if "=" in term:
