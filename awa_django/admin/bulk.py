@@ -30,11 +30,12 @@ from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from awa_django.admin.helpers import COUNT_LIMIT, parse_id
+from awa_django.admin.search import EVERY_STATE_VAR
 from awa_django.models import Job
 from awa_django.services.jobs import cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -69,6 +70,12 @@ ACTIONS: dict[str, tuple[str, str, Callable[..., int]]] = {
 def describe_filter(query: str) -> str:
     """The list's query string as the audit log and the preview say it ("everything" when empty)."""
     return brief(query, 500) if query else "every job (no filter)"
+
+
+def _with_every_state(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query[EVERY_STATE_VAR] = "1"
+    return str(query.urlencode())
 
 
 class BulkMixin(_JobAdminBase):
@@ -109,12 +116,21 @@ class BulkMixin(_JobAdminBase):
                 {**self._bulk_base(request, verb, action, ""), "awa_error": "The list's filter is not valid."},
                 status=400,
             )
+        scoped = getattr(request, "awa_search_scoped", False)
+        if request.method == "GET" and scoped and EVERY_STATE_VAR not in request.GET:
+            # The search's scope (finished jobs only, or every state) decided now, by the estimate of
+            # unfinished jobs, is pinned in the URL, so every chunk of the run asks the same jobs.
+            pinned = request.GET.copy()
+            pinned[EVERY_STATE_VAR] = "0" if getattr(request, "awa_unfinished_skipped", None) is not None else "1"
+            return HttpResponseRedirect(f"{request.path}?{pinned.urlencode()}")
         if request.method == "POST":
             return self._bulk_chunk(request, action, verb, service, jobs, query)
         counted = int(jobs[: COUNT_LIMIT + 1].count())
         sample = list(jobs.order_by("pk").only("id", "kind", "queue", "state", "attempt", "max_attempts")[:SAMPLE])
         context = {
             **self._bulk_base(request, verb, action, query),
+            "awa_finished_only": getattr(request, "awa_unfinished_skipped", None) is not None,
+            "awa_every_state_url": f"{request.path}?{_with_every_state(request)}",
             "awa_count": min(counted, COUNT_LIMIT),
             "awa_count_capped": counted > COUNT_LIMIT,
             "awa_sample": sample,

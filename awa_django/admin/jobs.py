@@ -24,8 +24,15 @@ from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter,
 from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.admin.history import HistoryMixin
 from awa_django.admin.running import RunningNowMixin
+from awa_django.admin.search import (
+    EVERY_STATE_VAR,
+    FINISHED_STATES,
+    UNFINISHED_SEARCH_LIMIT,
+    estimated_unfinished_jobs,
+    indexed_search,
+    search_jobs,
+)
 from awa_django.admin.search import HELP as SEARCH_HELP
-from awa_django.admin.search import search_jobs
 from awa_django.admin.timeline import attempt_timeline
 from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
@@ -42,9 +49,24 @@ else:  # ModelAdmin is generic for the type checker only
 
 
 class JobChangeList(ChangeList):
+    # Set by get_queryset when a search over every state was narrowed to finished jobs: about how
+    # many unfinished jobs were left unsearched, and the link that searches them too.
+    awa_unfinished_skipped: int | None = None
+    awa_every_state_url: str = ""
+
+    def get_filters_params(self, params: Any = None) -> Any:
+        lookup_params = super().get_filters_params(params)
+        lookup_params.pop(EVERY_STATE_VAR, None)  # the search's scope, not a field lookup
+        return lookup_params
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        skipped = getattr(request, "awa_unfinished_skipped", None)
+        if skipped is not None:
+            self.awa_unfinished_skipped = skipped
+            self.awa_every_state_url = self.get_query_string({EVERY_STATE_VAR: "1"})
         # Only the listed columns: the JSON columns (args, errors, result…) can be large.
-        return super().get_queryset(request, exclude_parameters).only(*JobAdmin.list_columns)
+        return queryset.only(*JobAdmin.list_columns)
 
 
 @admin.register(Job)
@@ -125,9 +147,22 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        # The state filter's value, so the search asks only that state's indexed arm.
+        # The state filter's value, so the search asks only that state's indexed arm. With none, an
+        # indexed search reads every unfinished job (no args or tags index covers them): past
+        # UNFINISHED_SEARCH_LIMIT of them it asks the finished states only, unless every_state=1,
+        # and the page says so (admin/search.py).
         state = request.GET.get("state__exact")
-        return search_jobs(queryset, search_term, [state] if state in STATES else None), False
+        states: list[str] | None = [state] if state in STATES else None
+        scope = request.GET.get(EVERY_STATE_VAR)  # "1": every state; "0": finished only; absent: by the estimate
+        if states is None and scope != "1" and indexed_search(search_term):
+            unfinished = estimated_unfinished_jobs()
+            if scope == "0" or unfinished > UNFINISHED_SEARCH_LIMIT:
+                # Retryable jobs' error text has its own index (awa_job_error_text_idx): kept.
+                errors = "error:" in search_term
+                states = [*FINISHED_STATES, *([JobState.RETRYABLE] if errors else [])]
+                request.awa_unfinished_skipped = unfinished  # type: ignore[attr-defined]
+            request.awa_search_scoped = True  # type: ignore[attr-defined]
+        return search_jobs(queryset, search_term, states), False
 
     # --- columns and detail fields ---
 

@@ -29,6 +29,12 @@ covered by a partial index, and Postgres can answer with a BitmapOr of them:
   rows with 600,000 unfinished: about 5 s, bench/README.md). A search with a state filter on a
   finished state reads its GIN index only (milliseconds at that size).
 
+So a search over every state reads the unfinished jobs. Where the planner estimates more of them than
+``UNFINISHED_SEARCH_LIMIT`` (50,000: about a quarter of a second to read), the job list searches
+the finished jobs only, by their indexes, and says so above the results with a link that searches
+every state (``?every_state=1``, honoured by the list, its live view and its bulk actions alike).
+A state filter, an id, a kind or a fairness key search is never narrowed.
+
 Each group is exactly its indexes' predicate, so the planner has no reason to intersect an arm
 with another index only to narrow its states. With the state filter set, only that state is
 asked, and the narrower indexes serve it: ``awa_job_failed_tags_idx`` for a tag among failed jobs,
@@ -48,11 +54,14 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
+from django.db import connections
 from django.db.models import Func, Q, QuerySet, TextField
 from django.db.models.lookups import IContains
 
 from awa_django.admin.helpers import parse_id
 from awa_django.models import Job
+from awa_django.services.db import database_alias
+from awa_django.sql import statements
 from awa_django.states import JobState
 
 # The arms of an indexed search: each group's states imply the predicate of the partial indexes
@@ -64,6 +73,10 @@ STATE_GROUPS: tuple[tuple[JobState, ...], ...] = (
     (JobState.RUNNING,),
     (JobState.WAITING,),
 )
+
+FINISHED_STATES: tuple[JobState, ...] = STATE_GROUPS[0]
+UNFINISHED_SEARCH_LIMIT = 50_000
+EVERY_STATE_VAR = "every_state"  # the job list's query parameter: search unfinished jobs too, however many
 
 HELP = (
     'An id (123), args as JSON ({"user_id": 42}) or paths (user_id=42 order.id=7), tag:NAME, '
@@ -163,3 +176,34 @@ def search_jobs(queryset: QuerySet[Job], search_term: str, states: Collection[st
         return _search(queryset, [term], states)
     except NoMatchError:
         return queryset.none()
+
+
+def indexed_search(search_term: str) -> bool:
+    """The term is an args, tag or error search: finished jobs' indexes answer it, unfinished jobs'
+    rows are read (``search_jobs`` asks it per state group)."""
+    term = search_term.strip()
+    if not term or "\x00" in term or term.lstrip("#").isdigit():
+        return False
+    if term.startswith("{"):
+        return isinstance(_value(term), dict)  # anything else finds nothing (search_jobs)
+    terms = term.split()
+    if not (len(terms) > 1 and all(t.startswith(("tag:", "error:", "key:")) or "=" in t for t in terms)):
+        terms = [term]
+    try:
+        return all(_condition(t)[1] for t in terms)
+    except NoMatchError:
+        return False
+
+
+def estimated_unfinished_jobs() -> int:
+    """The planner's estimate of the jobs not yet finished (no row read; 0 when unknown)."""
+    with connections[database_alias()].cursor() as cursor:
+        cursor.execute(statements["estimate_unfinished_jobs"])
+        row = cursor.fetchone()
+    plan: Any = row[0] if row else None
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    try:
+        return int(plan[0]["Plan"]["Plan Rows"])
+    except (TypeError, LookupError, ValueError):
+        return 0
