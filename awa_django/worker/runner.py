@@ -276,14 +276,15 @@ class QueueRunner:
         return extra
 
     def _plan_keyed_hand_over(self, keyed: KeyedClaims, permits: list[Permit], now: float) -> HandOverClaim | None:
-        """The keyed hand-over: the kept permits' attempts end now (their keys told), and the slots
-        go to what ``KeyShares`` grants, within the queue's rate tokens, claimed by claim_keyed_jobs
-        after the writes. None for a queue with caps (its claims take their keys' locks and count
-        their running rows first, in the runner: keyed.py, "Caps"), and None while arrivals are
-        announced and not yet read: a newcomer key is unknown to ``KeyShares`` until the runner
-        reads them, and every slot handed over meanwhile would go to the keys it already knows
-        (under load, a flood's key took dozens of starts ahead of a newcomer that way). The freed
-        permits go back, and the runner's own claim, after its read, takes them."""
+        """The keyed hand-over: the kept permits' attempts end now (their keys told), topped up as
+        the plain hand-over is (``_top_up``), and the slots go to what ``KeyShares`` grants, within
+        the queue's rate tokens, claimed by claim_keyed_jobs after the writes. None for a queue with
+        caps (its claims take their keys' locks and count their running rows first, in the runner:
+        keyed.py, "Caps"), and None while arrivals are announced and not yet read: a newcomer key is
+        unknown to ``KeyShares`` until the runner reads them, and every slot handed over meanwhile
+        would go to the keys it already knows (under load, a flood's key took dozens of starts ahead
+        of a newcomer that way). The freed permits go back, and the runner's own claim, after its
+        read, takes them."""
         if keyed.settings.capped or keyed.arrivals_pending:
             return None
         kept = [p for p in self._runners.allocator.keepable(self.name, permits) if isinstance(p, KeyedPermit)]
@@ -293,15 +294,18 @@ class QueueRunner:
             return None
         for permit in kept:
             permit.hand_over()
-        params = keyed.hand_over_params(len(kept), self._config.deadline)
+        extra = self._top_up(now)  # as in the plain hand-over: one claim for every slot it may take
+        slots: list[Permit] = [*kept, *extra]
+        params = keyed.hand_over_params(len(slots), self._config.deadline)
         granted = 0 if params is None else sum(params["grants"].values())
-        if self._bucket is not None and granted < len(kept):
-            self._bucket.refund(len(kept) - granted)  # the permits no key was granted go back unused
+        if self._bucket is not None and granted < len(slots):
+            self._bucket.refund(len(slots) - granted)  # the permits no key was granted go back unused
+        # The freed permits not used go back through the writer; the top-up's, from here.
+        release_all(slots[max(granted, len(kept)) :])
         if params is None:
             return None
         params["nudges"] = self._nudges
-        used: list[Permit] = [*kept[:granted]]
-        return HandOverClaim(used, params, "claim_keyed_jobs")
+        return HandOverClaim(slots[:granted], params, "claim_keyed_jobs")
 
     def adopt(self, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
         """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was

@@ -16,6 +16,7 @@ rate tokens) bound the top-up exactly as they bound the runner's own claim.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
@@ -23,8 +24,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from awa_django.concurrency import Allocator
+from awa_django.concurrency import Allocator, Permit
+from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.worker import QueueConfig
+from awa_django.worker.keyed import KeyedPermit
 from awa_django.worker.runner import Runners
 from awa_django.worker.stop import Stop
 from tests.harness import make_config
@@ -206,3 +209,49 @@ def test_top_up__over_random_allocators_plans_what_the_runner_would_and_never_pa
             assert all(allocator.in_flight(n) <= q.max_workers for n, q in queues.items())
     finally:
         loop.close()
+
+
+def _keyed_runner(
+    loop: asyncio.AbstractEventLoop, allocator: Allocator, backlog: dict[str, int]
+) -> tuple[Runners, list[Permit]]:
+    """A queue "ten" of 8 slots sharing them by key (key "heavy" has weight 2), its keys' backlog
+    known, arrivals read, and one attempt running on a permit the writer now frees."""
+    runners = _runners(loop, allocator, {"ten": QueueConfig("ten", max_workers=8)})
+    runner = runners["ten"]
+    runner.apply_keys(QueueKeySettings(overrides={"heavy": (2, None)}))
+    keyed = runner.keyed
+    assert keyed is not None
+    keyed.arrivals_pending = False
+    keyed.shares.offer("a", 1)
+    (key,) = keyed.shares.pick(1)
+    (inner,) = allocator.try_acquire("ten", 1)
+    freed: list[Permit] = [KeyedPermit(inner, keyed, key, time.monotonic(), lambda: None)]
+    for name, n in backlog.items():
+        keyed.shares.offer(name, n)
+    return runners, freed
+
+
+def test_top_up__keyed__the_hand_over_claims_every_free_slot_by_key(loop: asyncio.AbstractEventLoop) -> None:
+    """A keyed queue's hand-over used to claim only for its freed permits, so slots that once
+    started apart kept their own writes and claims (a 10,000-key drain's claims of 47 and 3)."""
+    allocator = Allocator.hard_reserved({"ten": 8})
+    runners, freed = _keyed_runner(loop, allocator, {"a": 100, "heavy": 100})
+    claim = runners.plan_hand_over(freed, frozenset())["ten"]
+    assert claim.statement == "claim_keyed_jobs"
+    assert len(claim.permits) == 8 and freed[0] in claim.permits
+    grants = claim.params["grants"]
+    assert sum(grants.values()) == 8 and grants["heavy"] > grants["a"] >= 1  # shared by weight, 2 : 1
+    assert allocator.in_flight("ten") == 8
+
+
+@pytest.mark.parametrize(("backlog", "held"), [({"a": 2}, 2), ({}, 1)], ids=["short-backlog", "no-backlog"])
+def test_top_up__keyed__permits_no_key_was_granted_go_back_at_once(
+    loop: asyncio.AbstractEventLoop, backlog: dict[str, int], held: int
+) -> None:
+    """Grants stop at the keys' known backlog: the top-up's permits past them are released by the
+    plan itself (the freed permit not used goes back through the writer, still held here)."""
+    allocator = Allocator.hard_reserved({"ten": 8})
+    runners, freed = _keyed_runner(loop, allocator, backlog)
+    claim = runners.plan_hand_over(freed, frozenset()).get("ten")
+    assert (0 if claim is None else len(claim.permits)) == sum(backlog.values())
+    assert allocator.in_flight("ten") == held
