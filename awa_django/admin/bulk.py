@@ -72,10 +72,11 @@ def describe_filter(query: str) -> str:
     return brief(query, 500) if query else "every job (no filter)"
 
 
-def _with_every_state(request: HttpRequest) -> str:
+def _with_scope(request: HttpRequest, every_state: str) -> str:
+    """This page's URL with the search's scope set (``every_state`` "0": finished jobs only)."""
     query = request.GET.copy()
-    query[EVERY_STATE_VAR] = "1"
-    return str(query.urlencode())
+    query[EVERY_STATE_VAR] = every_state
+    return f"{request.path}?{query.urlencode()}"
 
 
 class BulkMixin(_JobAdminBase):
@@ -120,9 +121,8 @@ class BulkMixin(_JobAdminBase):
         if request.method == "GET" and scoped and EVERY_STATE_VAR not in request.GET:
             # The search's scope (finished jobs only, or every state) decided now, by the estimate of
             # unfinished jobs, is pinned in the URL, so every chunk of the run asks the same jobs.
-            pinned = request.GET.copy()
-            pinned[EVERY_STATE_VAR] = "0" if getattr(request, "awa_unfinished_skipped", None) is not None else "1"
-            return HttpResponseRedirect(f"{request.path}?{pinned.urlencode()}")
+            finished_only = getattr(request, "awa_unfinished_skipped", None) is not None
+            return HttpResponseRedirect(_with_scope(request, "0" if finished_only else "1"))
         if request.method == "POST":
             return self._bulk_chunk(request, action, verb, service, jobs, query)
         counted = int(jobs[: COUNT_LIMIT + 1].count())
@@ -130,7 +130,7 @@ class BulkMixin(_JobAdminBase):
         context = {
             **self._bulk_base(request, verb, action, query),
             "awa_finished_only": getattr(request, "awa_unfinished_skipped", None) is not None,
-            "awa_every_state_url": f"{request.path}?{_with_every_state(request)}",
+            "awa_every_state_url": _with_scope(request, "1"),
             "awa_count": min(counted, COUNT_LIMIT),
             "awa_count_capped": counted > COUNT_LIMIT,
             "awa_sample": sample,

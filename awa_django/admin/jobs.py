@@ -26,10 +26,10 @@ from awa_django.admin.history import HistoryMixin
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import (
     EVERY_STATE_VAR,
-    FINISHED_STATES,
     UNFINISHED_SEARCH_LIMIT,
     estimated_unfinished_jobs,
     indexed_search,
+    narrowed_states,
     search_jobs,
 )
 from awa_django.admin.search import HELP as SEARCH_HELP
@@ -52,6 +52,7 @@ class JobChangeList(ChangeList):
     # Set by get_queryset when a search over every state was narrowed to finished jobs: about how
     # many unfinished jobs were left unsearched, and the link that searches them too.
     awa_unfinished_skipped: int | None = None
+    awa_searched_states: list[str] | None = None
     awa_every_state_url: str = ""
 
     def get_filters_params(self, params: Any = None) -> Any:
@@ -64,6 +65,7 @@ class JobChangeList(ChangeList):
         skipped = getattr(request, "awa_unfinished_skipped", None)
         if skipped is not None:
             self.awa_unfinished_skipped = skipped
+            self.awa_searched_states = getattr(request, "awa_searched_states", None)
             self.awa_every_state_url = self.get_query_string({EVERY_STATE_VAR: "1"})
         # Only the listed columns: the JSON columns (args, errors, result…) can be large.
         return queryset.only(*JobAdmin.list_columns)
@@ -157,10 +159,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         if states is None and scope != "1" and indexed_search(search_term):
             unfinished = estimated_unfinished_jobs()
             if scope == "0" or unfinished > UNFINISHED_SEARCH_LIMIT:
-                # Retryable jobs' error text has its own index (awa_job_error_text_idx): kept.
-                errors = "error:" in search_term
-                states = [*FINISHED_STATES, *([JobState.RETRYABLE] if errors else [])]
+                states = narrowed_states(search_term)
                 request.awa_unfinished_skipped = unfinished  # type: ignore[attr-defined]
+                request.awa_searched_states = states  # type: ignore[attr-defined]
             request.awa_search_scoped = True  # type: ignore[attr-defined]
         return search_jobs(queryset, search_term, states), False
 

@@ -62,7 +62,7 @@ from awa_django.admin.helpers import parse_id
 from awa_django.models import Job
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
-from awa_django.states import JobState
+from awa_django.states import TERMINAL_STATES, JobState
 
 # The arms of an indexed search: each group's states imply the predicate of the partial indexes
 # that serve it (see the module docstring). Every state is in exactly one group.
@@ -74,7 +74,6 @@ STATE_GROUPS: tuple[tuple[JobState, ...], ...] = (
     (JobState.WAITING,),
 )
 
-FINISHED_STATES: tuple[JobState, ...] = STATE_GROUPS[0]
 UNFINISHED_SEARCH_LIMIT = 50_000
 EVERY_STATE_VAR = "every_state"  # the job list's query parameter: search unfinished jobs too, however many
 
@@ -170,12 +169,18 @@ def search_jobs(queryset: QuerySet[Job], search_term: str, states: Collection[st
             if not isinstance(wanted, dict):
                 raise NoMatchError
             return _by_state(queryset, Q(args__contains=wanted), states)
-        terms = term.split()
-        if len(terms) > 1 and all(t.startswith(("tag:", "error:", "key:")) or "=" in t for t in terms):
-            return _search(queryset, terms, states)
-        return _search(queryset, [term], states)
+        return _search(queryset, _terms(term), states)
     except NoMatchError:
         return queryset.none()
+
+
+def _terms(term: str) -> list[str]:
+    """The stripped term's parts: several ``key=value``, ``tag:``, ``error:`` and ``key:`` terms
+    separated by spaces, else the whole term as one (a kind may hold a space)."""
+    terms = term.split()
+    if len(terms) > 1 and all(t.startswith(("tag:", "error:", "key:")) or "=" in t for t in terms):
+        return terms
+    return [term]
 
 
 def indexed_search(search_term: str) -> bool:
@@ -186,13 +191,17 @@ def indexed_search(search_term: str) -> bool:
         return False
     if term.startswith("{"):
         return isinstance(_value(term), dict)  # anything else finds nothing (search_jobs)
-    terms = term.split()
-    if not (len(terms) > 1 and all(t.startswith(("tag:", "error:", "key:")) or "=" in t for t in terms)):
-        terms = [term]
     try:
-        return all(_condition(t)[1] for t in terms)
+        return all(_condition(t)[1] for t in _terms(term))
     except NoMatchError:
         return False
+
+
+def narrowed_states(search_term: str) -> list[str]:
+    """The states an indexed search asks when narrowed to finished jobs: completed, failed and
+    cancelled, and retryable too when it asks error text (awa_job_error_text_idx covers them)."""
+    errors = any(t.startswith("error:") for t in _terms(search_term.strip()))
+    return sorted([*TERMINAL_STATES, *([JobState.RETRYABLE] if errors else [])])
 
 
 def estimated_unfinished_jobs() -> int:

@@ -96,6 +96,9 @@ def test_search__past_the_limit_asks_finished_jobs_and_says_so(
     found, page = _listed(admin_client, q="user_id=5")
     assert found == {backlog["completed"], backlog["failed"]}
     assert 'id="awa-search-scope"' in page and "Search every state" in page
+    assert "Searched finished jobs only (cancelled, completed, failed)" in page
+    _, page = _listed(admin_client, q="error:gateway")
+    assert "Searched finished jobs only (cancelled, completed, failed, retryable)" in page
     assert f"{EVERY_STATE_VAR}=1" in page
 
     every, page = _listed(admin_client, q="user_id=5", **{EVERY_STATE_VAR: "1"})
