@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.paginator import Page, Paginator
+from django.db import connections, transaction
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.functional import cached_property
@@ -20,6 +21,9 @@ from awa_django.validation import brief
 
 # A filtered job list counts at most this many rows ("10,000+" beyond).
 COUNT_LIMIT = 10_000
+# An args, tag or error search counts at most this many: a GIN index cannot count alone, so each
+# match is read from its heap page (a b-tree filter counts index entries, visibility map allowing).
+SEARCH_COUNT_LIMIT = 1_000
 
 BIGINT_MAX = 2**63 - 1
 
@@ -69,6 +73,8 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     """
 
     awa_limit = COUNT_LIMIT
+    WINDOW_SPARE = 2  # the window holds twice the ids an even spread of the matches would need
+    WINDOW_MAX = 250_000  # ids: a few thousand heap pages walked at most before the plain query
     awa_estimated = False
     awa_capped = False
 
@@ -79,21 +85,68 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             return len(queryset)
         if not queryset.query.where:
             estimate = estimated_job_count()
-            if estimate is not None and estimate > COUNT_LIMIT:
+            if estimate is not None and estimate > self.awa_limit:
                 self.awa_estimated = True
                 return estimate
-        counted = int(queryset.order_by()[: COUNT_LIMIT + 1].count())
-        self.awa_capped = counted > COUNT_LIMIT
+        counted = int(queryset.order_by()[: self.awa_limit + 1].count())
+        self.awa_capped = counted > self.awa_limit
         return counted
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
-        # Counted, not capped: the count has just read every matching row, at most COUNT_LIMIT, so
+        # Counted, not capped: the count has just read every matching row, at most awa_limit, so
         # the page sorts those. Ordered by the bare id, the planner may walk the primary key
         # backwards instead, expecting many matches (its guess for jsonb containment is coarse),
-        # and for a few matches that reads the whole table. Capped: the matches are dense enough
-        # that the walk finds a page early, and stays the planner's choice.
+        # and for a few matches that reads the whole table. Capped: the matches are dense, so a
+        # walk down from the newest id finds a page early; the page is first asked within a
+        # bounded window of the newest ids (see _newest_window), then, if that window holds too
+        # few matches, as the planner likes.
         queryset = self.object_list
-        if isinstance(queryset, QuerySet) and queryset.query.where and self.count and not self.awa_capped:
+        if isinstance(queryset, QuerySet) and queryset.query.where and self.count:
             if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
-                self.object_list = queryset.order_by((F("id") + 0).desc())
+                if not self.awa_capped:
+                    self.object_list = queryset.order_by((F("id") + 0).desc())
+                else:
+                    number = self.validate_number(number)
+                    rows = self._newest_window(queryset, number)
+                    if rows is not None:
+                        return Page(rows, number, self)
         return super().page(number)
+
+    def _newest_window(self, queryset: QuerySet[Any], number: int) -> list[Any] | None:
+        """Page ``number`` of a capped filter, read among the newest ids only, or None.
+
+        A capped filter has more matches than the paginator counts. Where its predicate has a GIN
+        index (args, tags, error text), the planner, misjudging how many rows match, reads every
+        match through the bitmap and sorts them: each match is a heap page, 20,000 of them for a
+        common error message on a 10,000,000-row table. Walking the primary key down from the
+        newest id stops at the page's last row instead, after about ``top * span / matches`` rows.
+        So the page is asked with bitmap and sequential scans priced out, within a window of the
+        newest ids: ``WINDOW_SPARE`` times what an even spread of the counted matches (a lower
+        bound) would need, at most WINDOW_MAX. When the window holds the whole page, those are
+        exactly the page's rows (it holds the newest ids, and the list is in id order); when it
+        does not, the caller asks the plain query, the waste bounded by the window.
+        """
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        if top + self.orphans >= self.count:  # the last page, as Paginator.page cuts it
+            top = self.count
+        connection = connections[queryset.db]
+        scans = "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_seqscan', %s, true)"
+        table = connection.ops.quote_name(queryset.model._meta.db_table)
+        ends = f"SELECT min(id), max(id), current_setting('enable_bitmapscan'), current_setting('enable_seqscan') FROM {table}"  # noqa: S608, E501
+        outer = connection.in_atomic_block
+        with transaction.atomic(using=queryset.db, savepoint=False), connection.cursor() as cursor:
+            cursor.execute(ends)
+            low, high, *before = cursor.fetchone()
+            if high is None:
+                return None
+            floor = high - min(-(-self.WINDOW_SPARE * top * (high - low + 1) // self.count), self.WINDOW_MAX)
+            cursor.execute(scans, ["off", "off"])
+            try:
+                rows = list(queryset.filter(id__gt=floor)[bottom:top])
+            finally:  # SET LOCAL lasts to the end of the transaction: an outer one gets back its own
+                if outer:
+                    cursor.execute(scans, before)
+        if len(rows) == top - bottom or floor < low:
+            return rows
+        return None

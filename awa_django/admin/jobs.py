@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -21,7 +21,13 @@ from awa_django.admin.bulk import BulkMixin
 from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
-from awa_django.admin.helpers import BoundedCountPaginator, SafeSelectionMixin, parse_id, pretty_json
+from awa_django.admin.helpers import (
+    SEARCH_COUNT_LIMIT,
+    BoundedCountPaginator,
+    SafeSelectionMixin,
+    parse_id,
+    pretty_json,
+)
 from awa_django.admin.history import HistoryMixin
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import (
@@ -145,6 +151,12 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
             actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
         actions.pop("delete_selected", None)  # discard_selected deletes through the service
         return actions
+
+    def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
+        paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
+        if isinstance(paginator, BoundedCountPaginator) and indexed_search(request.GET.get(SEARCH_VAR, "")):
+            paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page: count fewer
+        return paginator
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
