@@ -127,7 +127,7 @@ class BulkRetry(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from awa_django.admin.bulk import CHUNK, pause_after
+        from awa_django.admin.bulk import CHUNK, apply_paced
         from awa_django.models import Job
         from awa_django.services.jobs import retry_jobs
 
@@ -140,16 +140,16 @@ class BulkRetry(threading.Thread):
             while True:
                 chunk_started = time.monotonic()
                 ids = list(jobs.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:CHUNK])
+                retried, pause = apply_paced(retry_jobs, ids)  # the admin's request: steps and pauses
                 if ids:
-                    self.retried += retry_jobs(ids, skip_locked=True)
+                    self.retried += retried
                     self.seen += len(ids)
                     self.chunks += 1
                     after = ids[-1]
-                took = time.monotonic() - chunk_started
-                self.chunk_seconds.append(took)
+                self.chunk_seconds.append(time.monotonic() - chunk_started)
                 if len(ids) < CHUNK:
                     break
-                time.sleep(pause_after(took))  # the admin page's pause between chunks
+                time.sleep(pause)  # the admin page's pause before posting the next chunk
         except BaseException as exc:  # reported by the main thread
             self.error = exc
         finally:

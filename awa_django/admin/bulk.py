@@ -7,12 +7,13 @@ match, not only the page.
   planner's estimate past it on an unfiltered list, and said so) and a sample, with a confirm form;
 - each POST (the confirmation, then each next chunk) applies the action to the next ``CHUNK`` ids
   of the filter past the cursor, in id order, through the services with ``skip_locked`` (a row a
-  worker holds is skipped and counted, never waited for), each chunk its own short transaction;
-  the page posts the next chunk by itself until the filter is exhausted, and stopping it (the Stop
-  button, or leaving the page) stops the run between chunks;
-- between chunks the page waits as long as the last chunk took (``pause_after``): the bulk's
-  backend works at most half the time and writes its WAL at half the rate, so the workers' claims
-  and the app's enqueues, whose commits wait on the same WAL flushes, keep their pickup latency
+  worker holds is skipped and counted, never waited for), ``STEP`` ids a transaction; the page
+  posts the next chunk by itself until the filter is exhausted, and stopping it (the Stop button,
+  or leaving the page) stops the run between chunks;
+- after each step the bulk waits twice as long as the step took (``pause_after``, ``apply_paced``;
+  the last step's pause is the page's, before it posts the next chunk): the bulk's backend works at
+  most a third of the time, in bursts of one short step, so the WAL it writes reaches the workers'
+  commits, which flush it with their own, in small pieces, and their pickup keeps its latency
   (bench/bulk_retry.py measures it against the idle tail);
 - each chunk is one ``LogEntry`` (who, the action, the filter, how many of how many, the id range).
 
@@ -47,14 +48,30 @@ if TYPE_CHECKING:
 else:  # ModelAdmin is generic for the type checker only
     _JobAdminBase = admin.ModelAdmin
 
-CHUNK = 1000  # ids per request: one short transaction each
-PACE = 1.0  # the pause after a chunk, as a multiple of the chunk's own time
+CHUNK = 1000  # ids per request
+STEP = 100  # ids per transaction within a chunk, each followed by its pause
+PACE = 2.0  # the pause after a step, as a multiple of the step's own time
 MAX_PAUSE = 5.0  # seconds: a chunk slowed by a lock or a busy server does not stall the run longer
 
 
 def pause_after(seconds: float) -> float:
-    """How long the bulk waits after a chunk that took ``seconds`` (the module docstring)."""
+    """How long the bulk waits after a step that took ``seconds`` (the module docstring)."""
     return min(MAX_PAUSE, max(0.0, PACE * seconds))
+
+
+def apply_paced(service: Callable[..., int], ids: list[int]) -> tuple[int, float]:
+    """``service`` over ``ids``, STEP ids a transaction (rows a worker holds skipped), pausing
+    ``pause_after`` each step's time between steps. Returns how many it changed, and the pause owed
+    after the last step (the page waits it before posting the next chunk)."""
+    done = 0
+    pause = 0.0
+    for start in range(0, len(ids), STEP):
+        if pause:
+            time.sleep(pause)
+        began = time.monotonic()
+        done += service(ids[start : start + STEP], skip_locked=True)
+        pause = pause_after(time.monotonic() - began)
+    return done, pause
 
 
 SAMPLE = 10
@@ -135,6 +152,7 @@ class BulkMixin(_JobAdminBase):
             "awa_count_capped": counted > COUNT_LIMIT,
             "awa_sample": sample,
             "awa_chunk": CHUNK,
+            "awa_step": STEP,
         }
         return TemplateResponse(request, "admin/awa/job/bulk.html", context)
 
@@ -164,10 +182,8 @@ class BulkMixin(_JobAdminBase):
         after = parse_id(request.POST.get("after", "0") or "0")
         if after is None:
             after = 0
-        started = time.monotonic()
         ids = list(jobs.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:CHUNK])
-        done = service(ids, skip_locked=True) if ids else 0
-        took = time.monotonic() - started
+        done, pause = apply_paced(service, ids)
         if ids:
             LogEntry.objects.create(
                 user_id=int(request.user.pk or 0),  # admin_view: a logged-in staff user
@@ -187,6 +203,6 @@ class BulkMixin(_JobAdminBase):
                 "skipped": len(ids) - done,
                 "after": ids[-1] if ids else after,
                 "finished": len(ids) < CHUNK,
-                "pause_ms": round(1000 * pause_after(took)),
+                "pause_ms": round(1000 * pause),
             }
         )

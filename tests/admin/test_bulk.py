@@ -4,18 +4,22 @@ chunks, each chunk audited in the admin's LogEntry (who, the filter, how many)."
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from awa_django.admin.bulk import CHUNK, MAX_PAUSE, PACE, SAMPLE, pause_after
+from awa_django.admin.bulk import CHUNK, MAX_PAUSE, PACE, SAMPLE, STEP, apply_paced, pause_after
 from awa_django.models import Job
+from awa_django.services.jobs import retry_jobs
 from tests.admin.conftest import client_for
 from tests.conftest import connect_outside_django
 
@@ -95,6 +99,33 @@ def test_pause_after__the_chunk_time_times_the_pace__bounded() -> None:
     assert pause_after(0.0) == 0.0
     assert pause_after(-1.0) == 0.0  # a clock step backwards: no pause, never a negative one
     assert pause_after(1e6) == MAX_PAUSE
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("count", [0, 1, STEP, STEP + 1, 3 * STEP + 7])
+def test_apply_paced__steps_of_at_most_step_ids_each_its_own_transaction_paused_between(count: int) -> None:
+    """A chunk is applied STEP ids at a time, in order, each step a transaction of its own (the
+    service's, not nested in one around the chunk), and between two steps at least the pause the
+    first one's time asked for elapses (the clock, not a count of sleeps)."""
+    jobs = _failed("paced", count)
+    calls: list[tuple[list[int], float, float, bool]] = []
+
+    def service(ids: list[int], *, skip_locked: bool) -> int:
+        assert skip_locked
+        outside = not connection.in_atomic_block  # no transaction around the chunk
+        began = time.monotonic()
+        done = retry_jobs(ids, skip_locked=skip_locked)
+        calls.append((ids, began, time.monotonic(), outside))
+        return done
+
+    done, pause = apply_paced(service, jobs)
+    assert done == count == Job.objects.filter(queue="paced", state="available").count()
+    assert [i for ids, *_ in calls for i in ids] == jobs
+    assert all(0 < len(ids) <= STEP and outside for ids, _, _, outside in calls)
+    assert len(calls) == -(-count // STEP)
+    for (_, began, ended, _), (_, next_began, _, _) in itertools.pairwise(calls):
+        assert next_began - ended >= pause_after(ended - began) * 0.99
+    assert (0 < pause <= MAX_PAUSE) == bool(calls) and pause >= 0.0
 
 
 @pytest.mark.django_db
