@@ -61,6 +61,28 @@ class JobChangeList(ChangeList):
     awa_searched_states: list[str] | None = None
     awa_every_state_url: str = ""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Each row links its id and kind to the job's page, carrying the list's filters back
+        # (``_changelist_filters``). Django builds each link with reverse() and then
+        # add_preserved_filters, which resolves the URL again: a quarter of the rendering of a
+        # filtered page of 50 rows. The links differ only by the id, so they are made from one
+        # reversed URL and the filters encoded once (url_for_result); the filters are taken off
+        # ``preserved_filters``, which Django reads only to decorate these links.
+        self._awa_filters = self.preserved_filters
+        self.preserved_filters = ""
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=[0],
+            current_app=self.model_admin.admin_site.name,
+        )
+        head, _, tail = change_url.rpartition("/0/")
+        query = f"?{self._awa_filters}" if self._awa_filters else ""
+        self._awa_link = (f"{head}/", f"/{tail}{query}")
+
+    def url_for_result(self, result: Any) -> str:
+        return f"{self._awa_link[0]}{int(result.pk)}{self._awa_link[1]}"
+
     def get_filters_params(self, params: Any = None) -> Any:
         lookup_params = super().get_filters_params(params)
         lookup_params.pop(EVERY_STATE_VAR, None)  # the search's scope, not a field lookup
