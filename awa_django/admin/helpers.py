@@ -21,8 +21,9 @@ from awa_django.validation import brief
 
 # A filtered job list counts at most this many rows ("10,000+" beyond).
 COUNT_LIMIT = 10_000
-# An args, tag or error search counts at most this many: a GIN index cannot count alone, so each
-# match is read from its heap page (a b-tree filter counts index entries, visibility map allowing).
+# A search (any term but an id) counts at most this many: every match costs a heap page (args, tag
+# and error text through a GIN index, which cannot count alone) or more (a kind or key search has
+# no index: a kind among 40 reads 40 rows a match); a filter counts index entries.
 SEARCH_COUNT_LIMIT = 1_000
 
 BIGINT_MAX = 2**63 - 1

@@ -176,8 +176,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
         paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
-        if isinstance(paginator, BoundedCountPaginator) and indexed_search(request.GET.get(SEARCH_VAR, "")):
-            paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page: count fewer
+        term = request.GET.get(SEARCH_VAR, "").strip()
+        if isinstance(paginator, BoundedCountPaginator) and term and parse_id(term.lstrip("#")) is None:
+            paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer
         return paginator
 
     def get_search_results(
