@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.paginator import Page, Paginator
 from django.db import connections, transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -78,6 +78,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     WINDOW_MAX = 250_000  # ids: a few thousand heap pages walked at most before the plain query
     awa_estimated = False
     awa_capped = False
+    _awa_ids: list[int] | None = None  # a filter's matching ids, newest first, when it had at most awa_limit
 
     @cached_property
     def count(self) -> int:
@@ -89,24 +90,36 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             if estimate is not None and estimate > self.awa_limit:
                 self.awa_estimated = True
                 return estimate
-        counted = int(queryset.order_by()[: self.awa_limit + 1].count())
-        self.awa_capped = counted > self.awa_limit
-        return counted
+            return int(queryset.order_by().count())
+        # A filter reads its matches' ids rather than counting them (the same scan): under the
+        # bound, the page is then read by those ids (page()), not by running the filter again.
+        ids = list(queryset.order_by().values_list("id", flat=True)[: self.awa_limit + 1])
+        self.awa_capped = len(ids) > self.awa_limit
+        if not self.awa_capped:
+            self._awa_ids = sorted(ids, reverse=True)
+        return len(ids)
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
-        # Counted, not capped: the count has just read every matching row, at most awa_limit, so
-        # the page sorts those. Ordered by the bare id, the planner may walk the primary key
-        # backwards instead, expecting many matches (its guess for jsonb containment is coarse),
-        # and for a few matches that reads the whole table. Capped: the matches are dense, so a
-        # walk down from the newest id finds a page early; the page is first asked within a
+        # Counted, not capped: the count has just read every matching id, at most awa_limit, so
+        # the page is those of its ids, read by primary key (the filter asked again of those rows
+        # only: a job that left it since is not shown). Running the filter again instead would read
+        # every match a second time (a search over every state, twice), or the planner, expecting
+        # many matches (its guess for jsonb containment is coarse), would walk the primary key
+        # backwards, and for a few matches read the whole table. Capped: the matches are dense, so
+        # a walk down from the newest id finds a page early; the page is first asked within a
         # bounded window of the newest ids (see _newest_window), then, if that window holds too
         # few matches, as the planner likes.
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and queryset.query.where and self.count:
             if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
-                if not self.awa_capped:
-                    self.object_list = queryset.order_by((F("id") + 0).desc())
-                else:
+                if self._awa_ids is not None:
+                    number = self.validate_number(number)
+                    bottom = (number - 1) * self.per_page
+                    top = bottom + self.per_page
+                    if top + self.orphans >= self.count:  # the last page, as Paginator.page cuts it
+                        top = self.count
+                    return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
+                if self.awa_capped:
                     number = self.validate_number(number)
                     rows = self._newest_window(queryset, number)
                     if rows is not None:
