@@ -8,9 +8,10 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Page, Paginator
 from django.db import connections, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -78,7 +79,8 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     WINDOW_MAX = 250_000  # ids: a few thousand heap pages walked at most before the plain query
     awa_estimated = False
     awa_capped = False
-    _awa_ids: list[int] | None = None  # a filter's matching ids, newest first, when it had at most awa_limit
+    awa_read_ids = False  # count a search by reading its ids (JobAdmin.get_paginator sets it)
+    _awa_ids: list[int] | None = None  # the search's matching ids, newest first, when at most awa_limit
 
     @cached_property
     def count(self) -> int:
@@ -90,25 +92,38 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             if estimate is not None and estimate > self.awa_limit:
                 self.awa_estimated = True
                 return estimate
-            return int(queryset.order_by().count())
-        # A filter reads its matches' ids rather than counting them (the same scan): under the
-        # bound, the page is then read by those ids (page()), not by running the filter again.
-        ids = list(queryset.order_by().values_list("id", flat=True)[: self.awa_limit + 1])
+        if not (self.awa_read_ids and queryset.query.where):
+            counted = int(queryset.order_by()[: self.awa_limit + 1].count())
+            self.awa_capped = counted > self.awa_limit
+            return counted
+        # A search reads its matches' ids rather than counting them (the same scan: each match is
+        # read from the table either way), and under the bound its page is then read by those
+        # ids (page()), not by running the search again. One row, an array: a list of 10,001 rows
+        # would cost the Python side a hundred milliseconds.
+        ids: list[int] = []
+        try:
+            sql, params = queryset.order_by().values_list("id", flat=True)[: self.awa_limit + 1].query.sql_with_params()
+        except EmptyResultSet:  # a search that can match nothing (queryset.none())
+            pass
+        else:
+            with connections[queryset.db].cursor() as cursor:
+                cursor.execute(f"SELECT array_agg(found.id) FROM ({sql}) AS found(id)", params)  # noqa: S608 (the ORM's SQL)
+                ids = cursor.fetchone()[0] or []
         self.awa_capped = len(ids) > self.awa_limit
         if not self.awa_capped:
             self._awa_ids = sorted(ids, reverse=True)
         return len(ids)
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
-        # Counted, not capped: the count has just read every matching id, at most awa_limit, so
-        # the page is those of its ids, read by primary key (the filter asked again of those rows
-        # only: a job that left it since is not shown). Running the filter again instead would read
-        # every match a second time (a search over every state, twice), or the planner, expecting
-        # many matches (its guess for jsonb containment is coarse), would walk the primary key
-        # backwards, and for a few matches read the whole table. Capped: the matches are dense, so
-        # a walk down from the newest id finds a page early; the page is first asked within a
-        # bounded window of the newest ids (see _newest_window), then, if that window holds too
-        # few matches, as the planner likes.
+        # A search counted under the bound has read every matching id: the page is those of its
+        # ids, read by primary key (the search asked again of those rows only: a job that left it
+        # since is not shown), not the whole search run again (over every state: twice the time).
+        # A filter counted under the bound has counted its matching rows, so the page sorts those:
+        # ordered by the bare id, the planner may walk the primary key backwards instead,
+        # expecting many matches, and for a few matches that reads the whole table. Capped: the
+        # matches are dense, so a walk down from the newest id finds a page early; the page is
+        # first asked within a bounded window of the newest ids (see _newest_window), then, if
+        # that window holds too few matches, as the planner likes.
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and queryset.query.where and self.count:
             if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
@@ -119,7 +134,9 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
                     if top + self.orphans >= self.count:  # the last page, as Paginator.page cuts it
                         top = self.count
                     return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
-                if self.awa_capped:
+                if not self.awa_capped:
+                    self.object_list = queryset.order_by((F("id") + 0).desc())
+                else:
                     number = self.validate_number(number)
                     rows = self._newest_window(queryset, number)
                     if rows is not None:

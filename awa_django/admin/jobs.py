@@ -179,6 +179,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         term = request.GET.get(SEARCH_VAR, "").strip()
         if isinstance(paginator, BoundedCountPaginator) and term and parse_id(term.lstrip("#")) is None:
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer
+            paginator.awa_read_ids = True  # ... and keep their ids for the page
         return paginator
 
     def get_search_results(

@@ -1,7 +1,8 @@
-"""A capped job list reads its page among the newest ids first (BoundedCountPaginator._newest_window):
-whatever the spread of the matches (dense at the top, all old, a few), every page holds exactly the
-rows of the plain query's page, and the planner settings it changes for its one statement are back
-as they were afterwards.
+"""A capped job list reads its page among the newest ids first (BoundedCountPaginator._newest_window),
+and a search under the bound reads its page by the ids its count read: whatever the spread of the
+matches (dense at the top, all old, a few), every page holds exactly the rows of the plain query's
+page, and the planner settings the window changes for its one statement are back as they were
+afterwards.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def test_every_page_of_a_capped_filter_is_the_plain_querys_page(
     queryset = Job.objects.filter(args__user_id=1).order_by("-id")
     expected = list(queryset.values_list("pk", flat=True))
     paginator = BoundedCountPaginator(queryset, per_page)
+    paginator.awa_read_ids = data.draw(st.booleans(), label="a search (reads its ids)")
     assert paginator.count == min(len(expected), limit + 1)
     assert paginator.awa_capped == (len(expected) > limit)
     number = data.draw(st.integers(1, paginator.num_pages), label="page")
