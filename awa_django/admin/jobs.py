@@ -180,6 +180,8 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         if isinstance(paginator, BoundedCountPaginator) and term and parse_id(term.lstrip("#")) is None:
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer
             paginator.awa_read_ids = True  # ... and keep their ids for the page
+        elif isinstance(paginator, BoundedCountPaginator) and request.GET.get(KindFilter.parameter_name):
+            paginator.awa_limit = SEARCH_COUNT_LIMIT  # no index on kind: its count reads rows, as a search's
         return paginator
 
     def get_search_results(

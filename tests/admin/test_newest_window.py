@@ -115,19 +115,22 @@ def test_old_matches_fall_back_to_the_plain_query(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.django_db
-def test_a_search_counts_to_the_search_bound_a_filter_and_an_id_to_the_list_bound(
+def test_a_search_and_the_kind_filter_count_to_the_search_bound_another_filter_and_an_id_to_the_list_bound(
     monkeypatch: pytest.MonkeyPatch, admin_client: Client
 ) -> None:
-    """Any search term but an id (here a kind) counts to SEARCH_COUNT_LIMIT; the same jobs picked by
-    the kind filter, and an id search, are counted to the list's bound (here they are all counted)."""
+    """Any search term but an id (here a kind), and the kind filter (no index on kind either), count
+    to SEARCH_COUNT_LIMIT; the same jobs picked by the state filter, and an id search, are counted
+    to the list's bound (here they are all counted)."""
     monkeypatch.setattr(jobs, "SEARCH_COUNT_LIMIT", 60)
     Job.objects.bulk_create(Job(kind="report", state="failed") for _ in range(100))
     last = Job.objects.order_by("-id").first()
     assert last is not None
-    searched = admin_client.get("/admin/awa/job/", {"q": "report"})
-    assert "more than 60 jobs" in searched.content.decode()
-    assert searched.context["cl"].paginator.awa_limit == 60
-    filtered = admin_client.get("/admin/awa/job/", {"kind": "report"})
+    for query in ({"q": "report"}, {"kind": "report"}):
+        response = admin_client.get("/admin/awa/job/", query)
+        assert "more than 60 jobs" in response.content.decode(), query
+        assert response.context["cl"].paginator.awa_limit == 60
+        assert {job.kind for job in response.context["cl"].result_list} == {"report"}
+    filtered = admin_client.get("/admin/awa/job/", {"state__exact": "failed"})
     assert filtered.context["cl"].result_count == 100 and not filtered.context["cl"].paginator.awa_capped
     by_id = admin_client.get("/admin/awa/job/", {"q": f"#{last.pk}"})
     assert [job.pk for job in by_id.context["cl"].result_list] == [last.pk]
