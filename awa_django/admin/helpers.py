@@ -4,6 +4,7 @@ text, and a paginator that never counts the whole awa_job table."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -13,6 +14,7 @@ from django.core.paginator import Page, Paginator
 from django.db import connections, transaction
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -59,6 +61,14 @@ class SafeSelectionMixin:
             )
             return HttpResponseRedirect(request.get_full_path())
         return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc,no-any-return]
+
+
+def job_link(site_name: str, query: str = "") -> Callable[[int], str]:
+    """Job id → the URL of its admin page (``?query`` appended when given), from one reverse():
+    a page of rows needs no reverse() per row (ids are all that differ)."""
+    head, _, tail = reverse("admin:awa_job_change", args=[0], current_app=site_name).rpartition("/0/")
+    before, after = f"{head}/", f"/{tail}" + (f"?{query}" if query else "")
+    return lambda job_id: f"{before}{int(job_id)}{after}"
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -129,10 +139,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
                 if self._awa_ids is not None:
                     number = self.validate_number(number)
-                    bottom = (number - 1) * self.per_page
-                    top = bottom + self.per_page
-                    if top + self.orphans >= self.count:  # the last page, as Paginator.page cuts it
-                        top = self.count
+                    bottom, top = self._bounds(number)
                     return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
                 if not self.awa_capped:
                     self.object_list = queryset.order_by((F("id") + 0).desc())
@@ -142,6 +149,12 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
                     if rows is not None:
                         return Page(rows, number, self)
         return super().page(number)
+
+    def _bounds(self, number: int) -> tuple[int, int]:
+        """Page ``number``'s slice of the rows, as Paginator.page cuts it (orphans, last page)."""
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        return bottom, self.count if top + self.orphans >= self.count else top
 
     def _newest_window(self, queryset: QuerySet[Any], number: int) -> list[Any] | None:
         """Page ``number`` of a capped filter, read among the newest ids only, or None.
@@ -157,10 +170,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         exactly the page's rows (it holds the newest ids, and the list is in id order); when it
         does not, the caller asks the plain query, the waste bounded by the window.
         """
-        bottom = (number - 1) * self.per_page
-        top = bottom + self.per_page
-        if top + self.orphans >= self.count:  # the last page, as Paginator.page cuts it
-            top = self.count
+        bottom, top = self._bounds(number)
         connection = connections[queryset.db]
         scans = "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_seqscan', %s, true)"
         table = connection.ops.quote_name(queryset.model._meta.db_table)

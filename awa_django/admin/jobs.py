@@ -25,6 +25,7 @@ from awa_django.admin.helpers import (
     SEARCH_COUNT_LIMIT,
     BoundedCountPaginator,
     SafeSelectionMixin,
+    job_link,
     parse_id,
     pretty_json,
 )
@@ -65,23 +66,15 @@ class JobChangeList(ChangeList):
         super().__init__(*args, **kwargs)
         # Each row links its id and kind to the job's page, carrying the list's filters back
         # (``_changelist_filters``). Django builds each link with reverse() and then
-        # add_preserved_filters, which resolves the URL again: a quarter of the rendering of a
+        # add_preserved_filters, which resolves the URL again: a fifth of the rendering of a
         # filtered page of 50 rows. The links differ only by the id, so they are made from one
         # reversed URL and the filters encoded once (url_for_result); the filters are taken off
         # ``preserved_filters``, which Django reads only to decorate these links.
-        self._awa_filters = self.preserved_filters
+        self._awa_link = job_link(self.model_admin.admin_site.name, self.preserved_filters)
         self.preserved_filters = ""
-        change_url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
-            args=[0],
-            current_app=self.model_admin.admin_site.name,
-        )
-        head, _, tail = change_url.rpartition("/0/")
-        query = f"?{self._awa_filters}" if self._awa_filters else ""
-        self._awa_link = (f"{head}/", f"/{tail}{query}")
 
     def url_for_result(self, result: Any) -> str:
-        return f"{self._awa_link[0]}{int(result.pk)}{self._awa_link[1]}"
+        return self._awa_link(result.pk)
 
     def get_filters_params(self, params: Any = None) -> Any:
         lookup_params = super().get_filters_params(params)
@@ -176,11 +169,13 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
         paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
+        if not isinstance(paginator, BoundedCountPaginator):
+            return paginator
         term = request.GET.get(SEARCH_VAR, "").strip()
-        if isinstance(paginator, BoundedCountPaginator) and term and parse_id(term.lstrip("#")) is None:
+        if term and parse_id(term.lstrip("#")) is None:
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer
             paginator.awa_read_ids = True  # ... and keep their ids for the page
-        elif isinstance(paginator, BoundedCountPaginator) and request.GET.get(KindFilter.parameter_name):
+        elif request.GET.get(KindFilter.parameter_name):
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # no index on kind: its count reads rows, as a search's
         return paginator
 

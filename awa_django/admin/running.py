@@ -24,6 +24,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from awa_django.admin.helpers import job_link
 from awa_django.admin.live import live_json
 from awa_django.models import Job
 from awa_django.services.running import RunningNow, running_now
@@ -116,8 +117,8 @@ class RunningNowMixin(_JobAdminBase):
 def _table_body(jobs: list[Any], now: Any, site: str) -> SafeString:
     """The table's rows, built here rather than by the template: up to RUNNING_LIMIT rows of eight
     cells, each a handful of lookups and filters in a template (tens of milliseconds for 500 rows),
-    and a reverse() per row; one reversed URL serves every row (ids differ only)."""
-    head, _, tail = reverse("admin:awa_job_change", args=[0], current_app=site).rpartition("/0/")
+    and a reverse() per row (``job_link`` reverses once)."""
+    link = job_link(site)
     muted = format_html('<span class="awa-muted">{}</span>', "—")
     in_process = format_html('<span class="awa-muted">{}</span>', "in-process")
     rows = []
@@ -135,14 +136,12 @@ def _table_body(jobs: list[Any], now: Any, site: str) -> SafeString:
         )
         rows.append(
             format_html(
-                '<tr data-job="{}">\n        <td><a href="{}/{}/{}">{}</a></td>\n        <td>{}</td>\n'
+                '<tr data-job="{}">\n        <td><a href="{}">{}</a></td>\n        <td>{}</td>\n'
                 '        <td><a href="?queue={}">{}</a></td>\n        <td>{}</td>\n'
                 '        <td class="awa-nowrap">{}</td>\n        <td class="awa-nowrap awa-elapsed">{}</td>\n'
                 '        <td class="num">{} / {}</td>\n        <td>{}</td>\n      </tr>',
                 job.id,
-                head,
-                job.id,
-                tail,
+                link(job.id),
                 job.id,
                 job.kind,
                 quote(job.queue, safe="/"),
