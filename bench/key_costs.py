@@ -73,6 +73,7 @@ def sql_costs(jobs: int, keys: int, claims: int) -> tuple[float, int, float, int
 
     from awa_django.models import Queue
     from awa_django.sql import statements
+    from awa_django.worker.keyed import claim_grants
 
     _clean()
     _vacuum()
@@ -87,14 +88,9 @@ def sql_costs(jobs: int, keys: int, claims: int) -> tuple[float, int, float, int
         params: dict[str, Any] = {}
         for n in range(claims + 1):
             chosen = [order[(n * 50 + j) % len(order)] for j in range(50)]
-            starts = [cursors.get(key) for key in chosen]
             params = {
                 "queue": QUEUE,
-                "keys": chosen,
-                "counts": [1] * len(chosen),
-                "after_priority": [None if s is None else s[0] for s in starts],
-                "after_run_at": [None if s is None else s[1] for s in starts],
-                "after_id": [None if s is None else s[2] for s in starts],
+                "grants": claim_grants(dict.fromkeys(chosen, 1), cursors),
                 "deadline": None,
                 "worker": "bench",
             }

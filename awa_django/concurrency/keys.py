@@ -29,8 +29,12 @@ A joining key ties with the lowest and wins the tie when it has fewer running: a
 due job is served within as many slot grants as there are keys tied with it, however deep the
 others' backlogs are.
 
-**Cost and memory.** A pick is O(log k) in the number of eligible keys (a heap with lazy
-deletion); nothing here walks every key. A key that is neither running nor backlogged is kept
+**Cost and memory.** A pick is O(log k) in the number of eligible keys (a heap with lazy deletion);
+nothing here walks every key. An attempt's end leaves its key's heap entry where it is unless its
+tag fell by more than half a charge (then it is placed again); a pick that meets an entry whose tag
+rose by more places it again instead of granting. So the common end costs no heap operation, each
+key keeps one entry, and a key's place is off by at most half a charge, never its share: the tags
+themselves stay exact. A key that is neither running nor backlogged is kept
 only in a bounded most-recently-used table (``memory`` keys), so keys that go idle leave no
 unbounded state behind; forgetting a key forgives at most its debt.
 
@@ -52,6 +56,7 @@ DEFAULT_KEY = ""
 KEY_MEMORY_DEFAULT = 10_000  # idle keys remembered (their debt and run-time estimate)
 _ESTIMATE_FLOOR = 1e-6  # seconds: a grant always costs something, so ties always move on
 _ESTIMATE_SMOOTHING = 0.2  # weight of the newest run time in a key's moving average
+_LAZY_SLACK = 0.5  # of one attempt's charge: how far an end may move a key's tag before it is placed again
 
 
 @dataclass(slots=True)
@@ -64,7 +69,7 @@ class _Key:
     blocked: bool = False  # held back elsewhere (a cluster-wide cap): not picked until unblocked
     estimate: float | None = None  # moving average of this key's run times
     last_grant: int = -1  # grant sequence number, for the tie-break
-    version: int = 0  # heap entries of older versions are stale
+    heaped: tuple[float, int, int, str] | None = None  # its live heap entry (any other of its key is stale)
 
     def tag(self, fallback: float) -> float:
         estimate = self.estimate if self.estimate is not None else fallback
@@ -114,7 +119,7 @@ class KeyShares:
         self._keys: dict[str, _Key] = {}  # keys running or backlogged
         self._idle: OrderedDict[str, _Key] = OrderedDict()  # remembered idle keys, oldest first
         self._memory = memory
-        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._heap: list[tuple[float, int, int, str]] = []  # (tag, running, last grant, key)
         self._virtual = 0.0  # the lowest tag granted so far (never decreases)
         self._grants = 0
         self._estimate: float | None = None  # the queue's moving average, for keys with none
@@ -172,6 +177,11 @@ class KeyShares:
         """How many idle keys are kept (at most ``memory``)."""
         return len(self._idle)
 
+    @property
+    def entries(self) -> int:
+        """Heap entries held, stale ones included: what picks may have to pop (the cost's measure)."""
+        return len(self._heap)
+
     def has_eligible(self) -> bool:
         """Whether a pick would grant anything (a free slot has a taker)."""
         self._drop_stale()
@@ -191,8 +201,12 @@ class KeyShares:
         entry = self._entry(key)
         if entry.backlog == 0:
             self._join(entry)
+            entry.backlog += count
+            self._push(key, entry)
+            return
         entry.backlog += count
-        self._push(key, entry)
+        if entry.heaped is None:
+            self._push(key, entry)
 
     def pick(self, slots: int) -> dict[str, int]:
         """Grant up to ``slots`` slots, one at a time by the rule; the grants per key.
@@ -202,19 +216,35 @@ class KeyShares:
         check_count("slots", slots)
         grants: dict[str, int] = {}
         fallback = self._fallback()
-        while slots > 0 and self._heap:
-            tag, _, _, key, version = heapq.heappop(self._heap)
-            entry = self._keys.get(key)
-            if entry is None or entry.version != version or not entry.eligible:
+        heap, keys = self._heap, self._keys
+        while slots > 0 and heap:
+            item = heap[0]
+            tag, _, _, key = item
+            entry = keys.get(key)
+            if entry is None or entry.heaped is not item or not entry.eligible:
+                heapq.heappop(heap)
+                if entry is not None and entry.heaped is item:
+                    entry.heaped = None
                 continue
-            self._virtual = max(self._virtual, tag)
+            charge = max(entry.estimate if entry.estimate is not None else fallback, _ESTIMATE_FLOOR) / entry.weight
+            current = entry.served / entry.weight + entry.running * charge
+            if current > tag + _LAZY_SLACK * charge:  # an end that raised its tag was left lazy: place it again
+                entry.heaped = (current, entry.running, entry.last_grant, key)
+                heapq.heapreplace(heap, entry.heaped)
+                continue
+            self._virtual = max(self._virtual, min(tag, current))
             entry.running += 1
             entry.backlog -= 1
             entry.last_grant = self._grants
             self._grants += 1
             grants[key] = grants.get(key, 0) + 1
             slots -= 1
-            self._push(key, entry, fallback)
+            if entry.eligible:
+                entry.heaped = (current + charge, entry.running, entry.last_grant, key)
+                heapq.heapreplace(heap, entry.heaped)
+            else:
+                heapq.heappop(heap)
+                entry.heaped = None
         return grants
 
     def returned(self, key: str, granted: int, claimed: int, *, dry: bool = True) -> None:
@@ -257,7 +287,7 @@ class KeyShares:
         self._estimate = (
             seconds if self._estimate is None else self._estimate + _ESTIMATE_SMOOTHING * (seconds - self._estimate)
         )
-        self._settle(key, entry)
+        self._settle(key, entry, lazy=True)
 
     def unblock(self, keys: Iterable[str] | None = None) -> None:
         """Let keys held back by ``returned(..., dry=False)`` be picked again (all, or ``keys``)."""
@@ -285,31 +315,57 @@ class KeyShares:
         floor = (self._virtual * entry.weight) - entry.running * estimate
         entry.served = max(entry.served, floor)
 
-    def _push(self, key: str, entry: _Key, fallback: float | None = None) -> None:
-        entry.version += 1
+    def _push(self, key: str, entry: _Key) -> None:
+        """Place ``key`` in the heap at its tag now (its older entry, if any, goes stale)."""
         if entry.eligible:
-            tag = entry.tag(self._fallback() if fallback is None else fallback)
-            heapq.heappush(self._heap, (tag, entry.running, entry.last_grant, key, entry.version))
+            entry.heaped = (entry.tag(self._fallback()), entry.running, entry.last_grant, key)
+            heapq.heappush(self._heap, entry.heaped)
+        else:
+            entry.heaped = None
 
-    def _settle(self, key: str, entry: _Key) -> None:
+    def _refresh(self, key: str, entry: _Key) -> None:
+        """An attempt of ``key`` ended: its tag moved by the gap between its run time and the
+        estimate it was charged. A key that has no entry is placed; one whose tag fell more than
+        ``_LAZY_SLACK`` of a charge below its entry (or ties it with a better tie-break) is placed
+        again; otherwise its entry stays, and ``pick`` places it again when it comes up with a tag
+        risen past that slack. Each end thus costs no heap operation in the common case, and every
+        key's order is off by at most that slack (its long-run share is not: the tag itself is exact)."""
+        heaped = entry.heaped
+        if heaped is None or not entry.eligible:
+            self._push(key, entry)
+            return
+        fallback = self._fallback()
+        charge = max(entry.estimate if entry.estimate is not None else fallback, _ESTIMATE_FLOOR) / entry.weight
+        current = entry.served / entry.weight + entry.running * charge
+        if current < heaped[0] - _LAZY_SLACK * charge or (
+            current == heaped[0] and (entry.running, entry.last_grant) < (heaped[1], heaped[2])
+        ):
+            self._push(key, entry)
+
+    def _settle(self, key: str, entry: _Key, *, lazy: bool = False) -> None:
         if entry.idle:
             del self._keys[key]
-            entry.version += 1
+            entry.heaped = None
             entry.blocked = False
             self._idle[key] = entry
             self._idle.move_to_end(key)
             while len(self._idle) > self._memory:
                 self._idle.popitem(last=False)
+        elif lazy:
+            self._refresh(key, entry)
         else:
             self._push(key, entry)
 
     def _drop_stale(self) -> None:
-        while self._heap:
-            _, _, _, key, version = self._heap[0]
-            entry = self._keys.get(key)
-            if entry is not None and entry.version == version and entry.eligible:
+        heap, keys = self._heap, self._keys
+        while heap:
+            item = heap[0]
+            entry = keys.get(item[3])
+            if entry is not None and entry.heaped is item and entry.eligible:
                 return
-            heapq.heappop(self._heap)
+            heapq.heappop(heap)
+            if entry is not None and entry.heaped is item:
+                entry.heaped = None
 
 
 def water_fill(total: float, weights: Mapping[str, int], caps: Mapping[str, float | None]) -> dict[str, float]:

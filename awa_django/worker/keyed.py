@@ -70,7 +70,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -260,11 +260,11 @@ class KeyedClaims:
         if not grants:
             return None
         params = self._claim_params(grants, deadline)
-        params["grants"] = grants
+        params["awarded"] = grants
         return params
 
     def settle_hand_over(self, params: dict[str, Any], jobs: Sequence[ClaimedJob], *, claim_ran: bool) -> None:
-        grants: dict[str, int] = params["grants"]
+        grants: dict[str, int] = params["awarded"]
         if claim_ran:
             self._settle(grants, grants, jobs)
             return
@@ -339,15 +339,9 @@ class KeyedClaims:
         return jobs, allowed
 
     def _claim_params(self, counts: dict[str, int], deadline: float | None) -> dict[str, Any]:
-        keys = list(counts)
-        starts = [self.cursors.get(key) for key in keys]
         return {
             "queue": self.queue,
-            "keys": keys,
-            "counts": [counts[key] for key in keys],
-            "after_priority": [None if s is None else s[0] for s in starts],
-            "after_run_at": [None if s is None else s[1] for s in starts],
-            "after_id": [None if s is None else s[2] for s in starts],
+            "grants": claim_grants(counts, self.cursors),
             "deadline": None if deadline is None else timedelta(seconds=deadline),
             "worker": self.worker,
         }
@@ -418,6 +412,19 @@ class KeyedPermit(Permit):
         finally:
             self.hand_over()
             self._ended()
+
+
+def claim_grants(counts: Mapping[str, int], cursors: Mapping[str, KeyCursor]) -> str:
+    """claim_keyed_jobs' ``grants``: per granted key, ``[key, count, priority, run_at, id]`` of
+    where its scan starts (its cursor; nulls: its front), as one JSON text."""
+    grants: list[list[Any]] = []
+    for key, count in counts.items():
+        at = cursors.get(key)
+        if at is None:
+            grants.append([key, count, None, None, None])
+        else:
+            grants.append([key, count, at[0], at[1].isoformat(), at[2]])
+    return json.dumps(grants)
 
 
 async def has_keyed_backlog(pool: AsyncConnectionPool, queue: str) -> bool:

@@ -297,7 +297,7 @@ class QueueRunner:
         extra = self._top_up(now)  # as in the plain hand-over: one claim for every slot it may take
         slots: list[Permit] = [*kept, *extra]
         params = keyed.hand_over_params(len(slots), self._config.deadline)
-        granted = 0 if params is None else sum(params["grants"].values())
+        granted = 0 if params is None else sum(params["awarded"].values())
         if self._bucket is not None and granted < len(slots):
             self._bucket.refund(len(slots) - granted)  # the permits no key was granted go back unused
         # The freed permits not used go back through the writer; the top-up's, from here.

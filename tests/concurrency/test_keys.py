@@ -227,6 +227,25 @@ def test_idle_keys__bounded_memory() -> None:
     assert shares.remembered == 100
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(50, 2_000), st.integers(1, 64), st.integers(0, 2**32 - 1))
+def test_ends_near_their_estimate__one_heap_entry_per_key(keys: int, slots: int, seed: int) -> None:
+    """An end whose run time is within a third of its key's estimate places nothing in the heap:
+    after many rotations the heap still holds about one entry per key (it held two per key when
+    every end pushed one and left the older one stale)."""
+    rng = random.Random(seed)
+    shares = KeyShares()
+    for i in range(keys):
+        shares.offer(f"k{i}", 10**9)
+    running = [key for key, n in shares.pick(slots).items() for _ in range(n)]
+    for _ in range(3 * keys):
+        key = running.pop(0)
+        shares.finished(key, rng.uniform(0.04, 0.06))
+        running += [k for k, n in shares.pick(1).items() for _ in range(n)]
+    assert len(running) == min(slots, keys)
+    assert shares.entries <= keys * 1.05 + slots, (shares.entries, keys)
+
+
 def test_returning_key__banks_no_credit_while_away() -> None:
     """A key that was idle while another ran joins level with it, not owed the time it was away."""
     shares = KeyShares()

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 
 from awa_django.sql import statements
 from awa_django.worker.lanes import LaneCursors
+from awa_django.worker.keyed import claim_grants
 
 QUEUE = "keyed-buffers"
 BACKLOG = 20_000
@@ -54,11 +55,7 @@ def test_keyed_claim_and_discovery__buffers_per_claim_flat_from_10_to_10000_keys
         backlog_over(queue, keys)
         claim = {
             "queue": queue,
-            "keys": [f"k{i}" for i in range(GRANTS)],
-            "counts": [1] * GRANTS,
-            "after_priority": [None] * GRANTS,
-            "after_run_at": [None] * GRANTS,
-            "after_id": [None] * GRANTS,
+            "grants": claim_grants({f"k{i}": 1 for i in range(GRANTS)}, {}),
             "deadline": None,
             "worker": "test:0",
         }
@@ -66,7 +63,7 @@ def test_keyed_claim_and_discovery__buffers_per_claim_flat_from_10_to_10000_keys
         touched[keys] = {
             "claim_keyed_jobs": buffers_touched("claim_keyed_jobs", claim),
             "find_arrivals": buffers_touched("find_arrivals", {"queue": queue, "limit": 1000, **lanes.params()}),
-            "count_running_keys": buffers_touched("count_running_keys", {"queue": queue, "keys": claim["keys"]}),
+            "count_running_keys": buffers_touched("count_running_keys", {"queue": queue, "keys": [f"k{i}" for i in range(GRANTS)]}),
         }
     for name in touched[10]:
         few, many = touched[10][name], touched[10_000][name]

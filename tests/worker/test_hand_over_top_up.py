@@ -239,7 +239,7 @@ def test_top_up__keyed__the_hand_over_claims_every_free_slot_by_key(loop: asynci
     claim = runners.plan_hand_over(freed, frozenset())["ten"]
     assert claim.statement == "claim_keyed_jobs"
     assert len(claim.permits) == 8 and freed[0] in claim.permits
-    grants = claim.params["grants"]
+    grants = claim.params["awarded"]
     assert sum(grants.values()) == 8 and grants["heavy"] > grants["a"] >= 1  # shared by weight, 2 : 1
     assert allocator.in_flight("ten") == 8
 
