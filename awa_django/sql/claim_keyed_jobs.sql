@@ -1,12 +1,12 @@
 -- claim_keyed_jobs: mark running, per fair key of one queue, up to that key's count of its due,
 --   available jobs, and return them: the claim of a queue whose slots are shared by key
 --   (worker/keyed.py; the grants come from concurrency/keys.py KeyShares.pick).
--- Parameters: queue (text); grants (json: one array per granted key, [key, count, priority, run_at,
---   id]: its count never more than the permits the runner holds for it, then the (priority, run_at,
---   id) its scan starts after, nulls for the key's front; the runner keeps a cursor per active key;
---   worker/keyed.py claim_grants, one json.dumps where five arrays cost a Python dump per element);
---   deadline (interval or NULL: the queue's deadline); worker (text): the claiming worker's
---   host:pid, stored as attempted_by.
+-- Parameters: queue (text); grants (json: one array per granted key, [key, count, priority,
+--   run_at, id]: its count, never more than the permits the runner holds for it, then the
+--   (priority, run_at, id) its scan starts after, run_at in epoch seconds, nulls for the key's
+--   front; the runner keeps a cursor per active key. worker/keyed.py claim_grants: one json.dumps,
+--   where five arrays cost a Python dump per element); deadline (interval or NULL: the queue's
+--   deadline); worker (text): the claiming worker's host:pid, stored as attempted_by.
 -- Order: within each key, priority, then run_at, then id: priority orders a key's own jobs and never
 --   reaches across keys.
 -- Index: awa_job_key_available_idx (queue, fair_key, priority, run_at, id) WHERE state = 'available':
@@ -28,7 +28,7 @@ WITH picked AS (
     FROM json_array_elements(%(grants)s::json) AS e
     CROSS JOIN LATERAL (
         SELECT (e->>0)::varchar AS fair_key, (e->>1)::int AS n, (e->>2)::int AS after_priority,
-            (e->>3)::timestamptz AS after_run_at, (e->>4)::bigint AS after_id
+            to_timestamp((e->>3)::float8) AS after_run_at, (e->>4)::bigint AS after_id
     ) AS g
     CROSS JOIN LATERAL (
         SELECT j.id

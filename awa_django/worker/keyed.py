@@ -416,14 +416,16 @@ class KeyedPermit(Permit):
 
 def claim_grants(counts: Mapping[str, int], cursors: Mapping[str, KeyCursor]) -> str:
     """claim_keyed_jobs' ``grants``: per granted key, ``[key, count, priority, run_at, id]`` of
-    where its scan starts (its cursor; nulls: its front), as one JSON text."""
+    where its scan starts (its cursor; nulls: its front), as one JSON text. ``run_at`` goes as epoch
+    seconds (a float: exact to the microsecond until the year 2242, and a seventh of isoformat's
+    cost); the statement reads it back with to_timestamp."""
     grants: list[list[Any]] = []
     for key, count in counts.items():
         at = cursors.get(key)
         if at is None:
             grants.append([key, count, None, None, None])
         else:
-            grants.append([key, count, at[0], at[1].isoformat(), at[2]])
+            grants.append([key, count, at[0], at[1].timestamp(), at[2]])
     return json.dumps(grants)
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 
 from awa_django.sql import statements
-from awa_django.worker.lanes import LaneCursors
 from awa_django.worker.keyed import claim_grants
+from awa_django.worker.lanes import LaneCursors
 
 QUEUE = "keyed-buffers"
 BACKLOG = 20_000
@@ -63,7 +63,9 @@ def test_keyed_claim_and_discovery__buffers_per_claim_flat_from_10_to_10000_keys
         touched[keys] = {
             "claim_keyed_jobs": buffers_touched("claim_keyed_jobs", claim),
             "find_arrivals": buffers_touched("find_arrivals", {"queue": queue, "limit": 1000, **lanes.params()}),
-            "count_running_keys": buffers_touched("count_running_keys", {"queue": queue, "keys": [f"k{i}" for i in range(GRANTS)]}),
+            "count_running_keys": buffers_touched(
+                "count_running_keys", {"queue": queue, "keys": [f"k{i}" for i in range(GRANTS)]}
+            ),
         }
     for name in touched[10]:
         few, many = touched[10][name], touched[10_000][name]
