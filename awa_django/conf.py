@@ -449,6 +449,14 @@ class AwaSettings:
         "`True`: the depth view answers anyone; by default it answers only active staff users and "
         "`METRICS_TOKEN` bearers",
     )
+    ADMIN_QUERY_TIMEOUT: float = setting(
+        defaults.ADMIN_QUERY_TIMEOUT_DEFAULT,
+        _seconds_above_zero,
+        "seconds each statement of the admin's job list and bulk preview may run (a search over every state "
+        "reads every unfinished job); past it the page says so and searches finished jobs only, or drops its "
+        "filters, instead of failing",
+        coerce=_as_float,
+    )
     FAIR_KEYS_TOP: int = setting(
         defaults.FAIR_KEYS_TOP_DEFAULT,
         _count,

@@ -52,6 +52,7 @@ SNAPSHOTS_MISSED_BEFORE_STALE: Final = 3  # a worker whose snapshot is older tha
 FAIR_KEY_DEFAULT: Final = ""
 FAIR_KEY_MAX_LENGTH: Final = 128
 KEY_WEIGHT_DEFAULT: Final = 1  # a key's share of its queue's slots, when no FairKey row says otherwise
+ADMIN_QUERY_TIMEOUT_DEFAULT: Final = 10.0  # seconds a job-list page's statements may run in the admin
 FAIR_KEYS_TOP_DEFAULT: Final = 10  # keys per queue awa_health and the metrics name; the rest are key="other"
 
 # The console's history (awa_django.worker.history writes it, awa_django.services.history reads it).

@@ -36,7 +36,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from awa_django.admin.helpers import COUNT_LIMIT, parse_id
-from awa_django.admin.search import EVERY_STATE_VAR
+from awa_django.admin.search import EVERY_STATE_VAR, answer_within_budget
 from awa_django.models import Job
 from awa_django.services.jobs import cancel_jobs, discard_jobs, retry_jobs
 from awa_django.validation import brief
@@ -124,6 +124,11 @@ class BulkMixin(_JobAdminBase):
         return changelist.get_queryset(request).order_by(), request.GET.urlencode()
 
     def bulk_view(self, request: HttpRequest, action: str) -> HttpResponse:
+        if request.method == "POST":  # a chunk: bounded by its ids (CHUNK), no budget
+            return self._bulk_answer(request, action)
+        return answer_within_budget(request, lambda: self._bulk_answer(request, action))
+
+    def _bulk_answer(self, request: HttpRequest, action: str) -> HttpResponse:
         verb, service = self._bulk_allowed(request, action)
         try:
             jobs, query = self._filtered(request)

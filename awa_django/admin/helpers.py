@@ -4,7 +4,8 @@ text, and a paginator that never counts the whole awa_job table."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib import messages
@@ -19,6 +20,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from awa_django.conf import awa_settings
+from awa_django.services.db import database_alias
 from awa_django.services.stats import estimated_job_count
 from awa_django.validation import brief
 
@@ -191,3 +194,24 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         if len(rows) == top - bottom or floor < low:
             return rows
         return None
+
+
+@contextmanager
+def query_budget() -> Iterator[float]:
+    """A transaction on the jobs' database in which each statement may run ``ADMIN_QUERY_TIMEOUT``
+    seconds at most (``statement_timeout``, set for this transaction only, so a pooler in
+    transaction mode hands no other client the setting). Yields the budget in seconds. A statement
+    past it raises OperationalError caused by ``QueryCanceled`` (``stopped_by_budget``)."""
+    seconds = awa_settings().ADMIN_QUERY_TIMEOUT
+    alias = database_alias()
+    with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{max(1, round(seconds * 1000))}ms"])
+        yield seconds
+
+
+def stopped_by_budget(error: BaseException) -> bool:
+    """Whether ``error`` is a statement the database cancelled (a timeout: ours, or the server's own)."""
+    from psycopg import errors
+
+    return isinstance(error.__cause__, errors.QueryCanceled)

@@ -34,6 +34,7 @@ from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import (
     EVERY_STATE_VAR,
     UNFINISHED_SEARCH_LIMIT,
+    answer_within_budget,
     estimated_unfinished_jobs,
     indexed_search,
     narrowed_states,
@@ -157,6 +158,11 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):  # an action's POST: its own statements, no budget
+            return super().changelist_view(request, extra_context)
+        return answer_within_budget(request, lambda: super(JobAdmin, self).changelist_view(request, extra_context))
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         # Django 6.1 passes where the actions show (action_location); 5.2 has no such parameter.

@@ -49,20 +49,26 @@ by state, so the rows found do not depend on the plan.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import reduce
 from operator import or_
 from typing import Any
 
-from django.db import connections
+from django.contrib import messages
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.db import OperationalError, connections
 from django.db.models import Func, Q, QuerySet, TextField
 from django.db.models.lookups import IContains
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 
-from awa_django.admin.helpers import parse_id
+from awa_django.admin.helpers import parse_id, query_budget, stopped_by_budget
+from awa_django.conf import awa_settings
 from awa_django.models import Job
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
 from awa_django.states import TERMINAL_STATES, JobState
+from awa_django.validation import brief
 
 # The arms of an indexed search: each group's states imply the predicate of the partial indexes
 # that serve it (see the module docstring). Every state is in exactly one group.
@@ -216,3 +222,40 @@ def estimated_unfinished_jobs() -> int:
         return int(plan[0]["Plan"]["Plan Rows"])
     except (TypeError, LookupError, ValueError):
         return 0
+
+
+def answer_within_budget(request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
+    """``view``'s page, rendered here, each of its statements within ``ADMIN_QUERY_TIMEOUT``
+    (helpers.query_budget): a search over every state reads every unfinished job, which on a big
+    enough backlog outlasts any page. A statement stopped (by this budget or the server's own
+    statement_timeout) is not a server error: a search that asked every state is asked again of the
+    finished jobs only (``every_state=0``, their indexes), any other list goes back to no filter, each
+    with a message saying what was stopped and what to do instead. The bare list stopped is an error."""
+    seconds = awa_settings().ADMIN_QUERY_TIMEOUT
+    try:
+        with query_budget():
+            response = view()
+            if isinstance(response, TemplateResponse) and not response.is_rendered:
+                response.render()  # the page's rows are read as it renders: within the budget too
+        return response
+    except OperationalError as error:
+        if not stopped_by_budget(error):
+            raise
+        params = request.GET.copy()
+        if params.get(EVERY_STATE_VAR) != "0" and indexed_search(params.get(SEARCH_VAR, "")):
+            params[EVERY_STATE_VAR] = "0"
+            messages.warning(
+                request,
+                f"The search over every state was stopped after {seconds:g} s (AWA['ADMIN_QUERY_TIMEOUT']): it "
+                "reads every job not finished yet, since no index covers their args or tags. Showing finished "
+                "jobs only; pick a state, or narrow by queue or date, to search the others.",
+            )
+            return HttpResponseRedirect(f"{request.path}?{params.urlencode()}")
+        if params:
+            messages.error(
+                request,
+                f"The list for {brief(params.urlencode(), 200)!r} was stopped after {seconds:g} s "
+                "(AWA['ADMIN_QUERY_TIMEOUT']). Narrow it with a state, queue or date filter, or raise the setting.",
+            )
+            return HttpResponseRedirect(request.path)
+        raise
