@@ -60,4 +60,5 @@ HISTORY_WINDOW_MINUTES: Final = 24 * 60  # minutes of history kept; older minute
 HISTORY_TOP: Final = 50  # kinds (and queues) with a row of their own per minute; the rest share name ""
 HISTORY_GRACE: Final = 30.0  # seconds after a minute ends before the rollup treats it as final
 HISTORY_CATCH_UP_MINUTES: Final = 60  # minutes one rollup round reads at most (a leader catching up)
-HISTORY_EVERY: Final = 10.0  # seconds between the maintenance leader's rollup rounds
+HISTORY_EVERY: Final = 10.0  # seconds between the maintenance leader's rollup rounds, at least ...
+HISTORY_COST_FACTOR: Final = 20.0  # ... and this many times the last round's duration (a busy minute is re-read)
