@@ -16,6 +16,7 @@ from awa_django.worker.keyed import claim_grants
 
 QUEUE = "claim-grants"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+KEY = 'tenant:"a"\\é😀'  # a key JSON must escape, with a character beyond the BMP
 
 # run_at of past jobs: from before 1970 to now, to the microsecond, with near-equal neighbours
 run_ats = st.one_of(
@@ -51,12 +52,12 @@ def test_claim_grants__the_claim_starts_exactly_after_each_cursor(
 ) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM awa_job WHERE queue = %s", [QUEUE])
-    ordered = insert('tenant:"a"\\é', jobs)  # a key JSON must escape
+    ordered = insert(KEY, jobs)
     others = insert("b", other)
     at = data.draw(st.integers(-1, len(ordered) - 1), label="cursor")  # -1: no cursor, the key's front
     count = data.draw(st.integers(1, len(ordered) + 1), label="count")
-    cursors = {} if at < 0 else {'tenant:"a"\\é': ordered[at]}
-    counts = {'tenant:"a"\\é': count} | ({"b": len(others)} if others else {})
+    cursors = {} if at < 0 else {KEY: ordered[at]}
+    counts = {KEY: count} | ({"b": len(others)} if others else {})
     params = {"queue": QUEUE, "grants": claim_grants(counts, cursors), "deadline": None, "worker": "test:1"}
     with connection.cursor() as cursor:
         cursor.execute(statements["claim_keyed_jobs"], params)
