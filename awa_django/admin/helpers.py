@@ -196,6 +196,9 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         return None
 
 
+POSTGRES_MAX_TIMEOUT_MS = 2_147_483_647
+
+
 @contextmanager
 def query_budget() -> Iterator[float]:
     """A transaction on the jobs' database in which each statement may run ``ADMIN_QUERY_TIMEOUT``
@@ -206,7 +209,9 @@ def query_budget() -> Iterator[float]:
     alias = database_alias()
     with transaction.atomic(using=alias):
         with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{max(1, round(seconds * 1000))}ms"])
+            # Postgres takes at most INT_MAX milliseconds (24.8 days): a longer budget is that, not an error.
+            milliseconds = min(max(1, round(seconds * 1000)), POSTGRES_MAX_TIMEOUT_MS)
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{milliseconds}ms"])
         yield seconds
 
 

@@ -104,3 +104,15 @@ def test_within_the_budget__pages_unchanged(admin_client: Client, big_backlog: i
     response = admin_client.get(reverse("admin:awa_job_changelist") + "?q=user_id%3D5&every_state=1")
     assert response.status_code == 200
     assert [job.pk for job in response.context["cl"].result_list] == [big_backlog]
+
+
+@pytest.mark.parametrize("seconds", [1e-9, 86_400 * 365, 1e12])
+def test_any_valid_budget__postgres_takes_it(admin_client: Client, seconds: float) -> None:
+    """The setting accepts any finite number of seconds above 0; Postgres takes at most INT_MAX
+    milliseconds and at least one: the budget is clamped to that, never refused by the server."""
+    with override_settings(AWA={"ADMIN_QUERY_TIMEOUT": seconds}), query_budget() as budget:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            shown = cursor.fetchone()[0]
+    assert budget == seconds
+    assert shown != "0"
