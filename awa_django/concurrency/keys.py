@@ -12,7 +12,8 @@ key's priority-2 job.
 slot-seconds it has been served per unit of weight: the run time of its finished attempts plus,
 for each attempt still running, its estimated run time (the key's moving average), divided by
 its weight. A free slot goes to the eligible key (it has due jobs and is below its cap) with the
-lowest tag; ties go to the key with fewer attempts running, then to the one served longest ago.
+lowest tag, compared in whole quanta (below); ties go to the key with fewer attempts running, then
+to the one whose next job lies furthest back, then to the one served longest ago.
 Granting a slot raises the key's tag by its estimate, and the attempt's end corrects the estimate
 with the real run time, so tags of continuously backlogged keys stay within one attempt's charge
 of each other: each key's slot-seconds, and so its average running count, approach its weighted
@@ -26,15 +27,28 @@ weighted share is above its cap; that lag only makes it take back each slot it r
 is exactly its water-filled share (its cap), and a change of its weight or cap sets it level
 again, so the lag can never turn into a burst.
 A joining key ties with the lowest and wins the tie when it has fewer running: a key that gets a
-due job is served within as many slot grants as there are keys tied with it, however deep the
-others' backlogs are.
+due job is served within about as many slot grants as there are keys in its quantum, however deep
+the others' backlogs are.
+
+**Order within a quantum: the oldest next job first.** Keys are placed by their tag in whole
+*quanta* (one attempt's charge at the heaviest weight configured, from a slow average of the
+queue's run times, halved: so no key's place is off by more than about one of its attempts), and
+among the keys of one quantum the one whose next job lies furthest back (its *position*, a job id:
+``offer`` and ``near`` tell it) goes first. Keys served equally are thus served oldest job first,
+across keys as the plain claim does, and one claim's jobs lie close together in the table instead
+of one per key wherever the rotation happened to put them: that locality is most of the database's
+cost per keyed job (bench/README.md). It is also an order every worker reads from the same table,
+so claimers sharing a capped key agree on it more than on their own rotations. A key's place is off
+by at most two quanta (one charge), never its share: the tags themselves stay exact. A quantum that
+drifts more than twice away from the run times places every key again, at most once per as many
+attempts' ends as there are keys.
 
 **Cost and memory.** A pick is O(log k) in the number of eligible keys (a heap with lazy deletion);
-nothing here walks every key. An attempt's end leaves its key's heap entry where it is unless its
-tag fell by more than half a charge (then it is placed again); a pick that meets an entry whose tag
-rose by more places it again instead of granting. So the common end costs no heap operation, each
-key keeps one entry, and a key's place is off by at most half a charge, never its share: the tags
-themselves stay exact. A key that is neither running nor backlogged is kept
+nothing here walks every key but that rare re-placement. An attempt's end leaves its key's heap
+entry where it is unless its tag fell more than a quantum below it (then it is placed again); a
+pick that meets an entry whose tag rose past its quantum places it again instead of granting. So
+the common end costs no heap operation and each key keeps about one entry. A key that is neither
+running nor backlogged is kept
 only in a bounded most-recently-used table (``memory`` keys), so keys that go idle leave no
 unbounded state behind; forgetting a key forgives at most its debt.
 
@@ -56,7 +70,12 @@ DEFAULT_KEY = ""
 KEY_MEMORY_DEFAULT = 10_000  # idle keys remembered (their debt and run-time estimate)
 _ESTIMATE_FLOOR = 1e-6  # seconds: a grant always costs something, so ties always move on
 _ESTIMATE_SMOOTHING = 0.2  # weight of the newest run time in a key's moving average
-_LAZY_SLACK = 0.5  # of one attempt's charge: how far an end may move a key's tag before it is placed again
+_SLOW_SMOOTHING = 0.02  # weight of the newest run time in the average that sets the quantum
+_QUANTUM_SHARE = 0.5  # of one attempt's charge at the heaviest weight: the quantum
+_QUANTUM_DRIFT = 2.0  # the quantum is set again when that average is this many times above or below it
+
+# A heap entry: (quantum index of the tag, running, position, last grant, key, the tag itself).
+_Item = tuple[float, int, int, int, str, float]
 
 
 @dataclass(slots=True)
@@ -69,7 +88,8 @@ class _Key:
     blocked: bool = False  # held back elsewhere (a cluster-wide cap): not picked until unblocked
     estimate: float | None = None  # moving average of this key's run times
     last_grant: int = -1  # grant sequence number, for the tie-break
-    heaped: tuple[float, int, int, str] | None = None  # its live heap entry (any other of its key is stale)
+    position: int = 0  # where its next job lies (about: a job id), the order within a quantum
+    heaped: _Item | None = None  # its live heap entry (any other of its key is stale)
 
     def tag(self, fallback: float) -> float:
         estimate = self.estimate if self.estimate is not None else fallback
@@ -119,10 +139,15 @@ class KeyShares:
         self._keys: dict[str, _Key] = {}  # keys running or backlogged
         self._idle: OrderedDict[str, _Key] = OrderedDict()  # remembered idle keys, oldest first
         self._memory = memory
-        self._heap: list[tuple[float, int, int, str]] = []  # (tag, running, last grant, key)
+        self._heap: list[_Item] = []
         self._virtual = 0.0  # the lowest tag granted so far (never decreases)
         self._grants = 0
         self._estimate: float | None = None  # the queue's moving average, for keys with none
+        self._slow: float | None = None  # a slower average of the queue's run times, for the quantum
+        self._quantum = _ESTIMATE_FLOOR  # tag units per place in the heap's order (see _requantize)
+        self._ends = 0  # attempts ended, ...
+        self._placed_at = -1  # ... when every key was last placed again (-1: never since the first end)
+        self.placements = 0  # times every key was placed again (the O(k) step; a cost's measure)
         self.configure(default_weight=default_weight, default_cap=default_cap, weights=weights, caps=caps)
 
     # --- configuration -------------------------------------------------------------
@@ -142,12 +167,13 @@ class KeyShares:
         self._default_cap = _check_cap("(default)", default_cap)
         self._weights = {key: _check_weight(key, w) for key, w in (weights or {}).items()}
         self._caps = {key: _check_cap(key, c) for key, c in (caps or {}).items()}
+        self._heaviest = max(self._default_weight, max(self._weights.values(), default=1))
         for key, entry in self._keys.items():
             old = (entry.weight, entry.cap)
             entry.weight, entry.cap = self._weight(key), self._cap(key)
             if (entry.weight, entry.cap) != old:
                 self._join(entry)
-            self._push(key, entry)
+        self._requantize()  # every key placed again, at the quantum of the heaviest weight
         for key, entry in self._idle.items():
             entry.weight, entry.cap = self._weight(key), self._cap(key)
 
@@ -193,13 +219,16 @@ class KeyShares:
 
     # --- events --------------------------------------------------------------------
 
-    def offer(self, key: str, count: int = 1) -> None:
-        """``count`` more due jobs of ``key`` were seen."""
+    def offer(self, key: str, count: int = 1, position: int | None = None) -> None:
+        """``count`` more due jobs of ``key`` were seen, the first at ``position`` (a job id; it
+        places a key that joins, see ``near``)."""
         check_count("count", count)
         if count == 0:
             return
         entry = self._entry(key)
         if entry.backlog == 0:
+            if position is not None:
+                entry.position = position
             self._join(entry)
             entry.backlog += count
             self._push(key, entry)
@@ -207,6 +236,14 @@ class KeyShares:
         entry.backlog += count
         if entry.heaped is None:
             self._push(key, entry)
+
+    def near(self, key: str, position: int) -> None:
+        """The next job of ``key`` lies at about ``position`` (a job id: its last claimed one, or a
+        due one seen behind it). Among keys of one quantum the lowest position goes first; this
+        takes effect where the key is placed next. A key not known here is left alone."""
+        entry = self._keys.get(key)
+        if entry is not None:
+            entry.position = position
 
     def pick(self, slots: int) -> dict[str, int]:
         """Grant up to ``slots`` slots, one at a time by the rule; the grants per key.
@@ -216,10 +253,10 @@ class KeyShares:
         check_count("slots", slots)
         grants: dict[str, int] = {}
         fallback = self._fallback()
-        heap, keys = self._heap, self._keys
+        heap, keys, quantum = self._heap, self._keys, self._quantum
         while slots > 0 and heap:
             item = heap[0]
-            tag, _, _, key = item
+            key = item[4]
             entry = keys.get(key)
             if entry is None or entry.heaped is not item or not entry.eligible:
                 heapq.heappop(heap)
@@ -228,11 +265,11 @@ class KeyShares:
                 continue
             charge = max(entry.estimate if entry.estimate is not None else fallback, _ESTIMATE_FLOOR) / entry.weight
             current = entry.served / entry.weight + entry.running * charge
-            if current > tag + _LAZY_SLACK * charge:  # an end that raised its tag was left lazy: place it again
-                entry.heaped = (current, entry.running, entry.last_grant, key)
+            if current // quantum > item[0]:  # an end raised its tag past its quantum, left lazy: place it again
+                entry.heaped = (current // quantum, entry.running, entry.position, entry.last_grant, key, current)
                 heapq.heapreplace(heap, entry.heaped)
                 continue
-            self._virtual = max(self._virtual, min(tag, current))
+            self._virtual = max(self._virtual, min(item[5], current))
             entry.running += 1
             entry.backlog -= 1
             entry.last_grant = self._grants
@@ -240,7 +277,8 @@ class KeyShares:
             grants[key] = grants.get(key, 0) + 1
             slots -= 1
             if entry.eligible:
-                entry.heaped = (current + charge, entry.running, entry.last_grant, key)
+                tag = current + charge
+                entry.heaped = (tag // quantum, entry.running, entry.position, entry.last_grant, key, tag)
                 heapq.heapreplace(heap, entry.heaped)
             else:
                 heapq.heappop(heap)
@@ -289,7 +327,15 @@ class KeyShares:
         self._estimate = (
             seconds if self._estimate is None else self._estimate + _ESTIMATE_SMOOTHING * (seconds - self._estimate)
         )
+        slow = seconds if self._slow is None else self._slow + _SLOW_SMOOTHING * (seconds - self._slow)
+        self._slow = slow
         self._settle(key, entry, lazy=True)
+        self._ends += 1
+        quantum = self._quantum * self._heaviest / _QUANTUM_SHARE  # in seconds, as ``slow``
+        if not quantum / _QUANTUM_DRIFT <= max(slow, _ESTIMATE_FLOOR) <= quantum * _QUANTUM_DRIFT and (
+            self._placed_at < 0 or self._ends - self._placed_at >= len(self._keys)
+        ):  # at most once per as many ends as there are keys: O(1) per end, however run times swing
+            self._requantize()
 
     def unblock(self, keys: Iterable[str] | None = None) -> None:
         """Let keys held back by ``returned(..., dry=False)`` be picked again (all, or ``keys``)."""
@@ -300,6 +346,31 @@ class KeyShares:
                 self._push(key, entry)
 
     # --- internals -----------------------------------------------------------------
+
+    def _quantum_for(self, slow: float | None) -> float:
+        return _QUANTUM_SHARE * max(slow if slow is not None else _ESTIMATE_FLOOR, _ESTIMATE_FLOOR) / self._heaviest
+
+    def _requantize(self) -> None:
+        """Set the quantum from the slow average of run times and place every key again: O(k), on
+        ``configure`` and when the run times drifted by ``_QUANTUM_DRIFT``, at most once per as many
+        ends as there are keys (a worker's slot times swing by more than that as its load moves)."""
+        self._quantum = self._quantum_for(self._slow)
+        self.placements += 1
+        if self._slow is not None:
+            self._placed_at = self._ends
+        heap: list[_Item] = []
+        fallback = self._fallback()
+        for key, entry in self._keys.items():
+            if entry.eligible:
+                entry.heaped = self._item(key, entry, entry.tag(fallback))
+                heap.append(entry.heaped)
+            else:
+                entry.heaped = None
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def _item(self, key: str, entry: _Key, tag: float) -> _Item:
+        return (tag // self._quantum, entry.running, entry.position, entry.last_grant, key, tag)
 
     def _fallback(self) -> float:
         return self._estimate if self._estimate is not None else _ESTIMATE_FLOOR
@@ -320,18 +391,18 @@ class KeyShares:
     def _push(self, key: str, entry: _Key) -> None:
         """Place ``key`` in the heap at its tag now (its older entry, if any, goes stale)."""
         if entry.eligible:
-            entry.heaped = (entry.tag(self._fallback()), entry.running, entry.last_grant, key)
+            entry.heaped = self._item(key, entry, entry.tag(self._fallback()))
             heapq.heappush(self._heap, entry.heaped)
         else:
             entry.heaped = None
 
     def _refresh(self, key: str, entry: _Key) -> None:
         """An attempt of ``key`` ended: its tag moved by the gap between its run time and the
-        estimate it was charged. A key that has no entry is placed; one whose tag fell more than
-        ``_LAZY_SLACK`` of a charge below its entry (or ties it with a better tie-break) is placed
-        again; otherwise its entry stays, and ``pick`` places it again when it comes up with a tag
-        risen past that slack. Each end thus costs no heap operation in the common case, and every
-        key's order is off by at most that slack (its long-run share is not: the tag itself is exact)."""
+        estimate it was charged. A key that has no entry is placed; one whose tag fell more than a
+        quantum below its entry's is placed again; otherwise its entry stays, and ``pick`` places it
+        again when it comes up with a tag risen past its quantum. Each end thus costs no heap
+        operation in the common case, and every key's order is off by at most two quanta, one
+        charge (its long-run share is not: the tag itself is exact)."""
         heaped = entry.heaped
         if heaped is None or not entry.eligible:
             self._push(key, entry)
@@ -339,9 +410,7 @@ class KeyShares:
         fallback = self._fallback()
         charge = max(entry.estimate if entry.estimate is not None else fallback, _ESTIMATE_FLOOR) / entry.weight
         current = entry.served / entry.weight + entry.running * charge
-        if current < heaped[0] - _LAZY_SLACK * charge or (
-            current == heaped[0] and (entry.running, entry.last_grant) < (heaped[1], heaped[2])
-        ):
+        if current // self._quantum < heaped[0] - 1:
             self._push(key, entry)
 
     def _settle(self, key: str, entry: _Key, *, lazy: bool = False) -> None:
@@ -362,7 +431,7 @@ class KeyShares:
         heap, keys = self._heap, self._keys
         while heap:
             item = heap[0]
-            entry = keys.get(item[3])
+            entry = keys.get(item[4])
             if entry is not None and entry.heaped is item and entry.eligible:
                 return
             heapq.heappop(heap)

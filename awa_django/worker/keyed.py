@@ -33,6 +33,9 @@ kept). A due job seen behind a key's cursor
 (an arrival read, or the first due job of the key the sweep returns) moves the cursor back to it,
 so nothing waits behind a key's cursor longer than a sweep interval, and a key's claims, like the
 lanes', never walk the dead entries its claimed jobs left behind.
+Each move of a key's cursor, and the first due job an arrival read or the sweep shows of a key,
+also tells the allocator where the key's next job lies (``KeyShares.near``, ``offer(position=)``):
+keys of one quantum go oldest next job first, so one claim's jobs lie together in the table.
 
 **Caps, exact across every worker.** When a grant holds capped keys, the claim runs in one
 transaction: ``lock_fair_keys`` takes each capped key's advisory lock (sorted: no deadlock), then
@@ -210,7 +213,7 @@ class KeyedClaims:
         for key, priority, run_at, first_id in firsts:
             self._behind(key, (priority, run_at, first_id))
             if shares.backlog(key) == 0:
-                shares.offer(key, UNKNOWN_BACKLOG)
+                shares.offer(key, UNKNOWN_BACKLOG, position=first_id)
                 offered += 1
         return offered
 
@@ -233,12 +236,18 @@ class KeyedClaims:
         lanes.advance(rows, params)
         self.arrivals_pending = len(rows) >= ARRIVALS_LIMIT
         counts: dict[str, int] = {}
+        firsts: dict[str, int] = {}
         for row in rows:
-            counts[row.fair_key] = counts.get(row.fair_key, 0) + 1
-            self._behind(row.fair_key, (row.priority, row.run_at, row.id))
+            key = row.fair_key
+            if key in counts:
+                counts[key] += 1
+            else:
+                counts[key] = 1
+                firsts[key] = row.id
+            self._behind(key, (row.priority, row.run_at, row.id))
         shares = self.shares
         for key, n in counts.items():
-            shares.offer(key, n)
+            shares.offer(key, n, position=firsts[key])
         return len(rows)
 
     def _behind(self, key: str, job: KeyCursor) -> None:
@@ -247,6 +256,7 @@ class KeyedClaims:
         cursor_at = self.cursors.get(key)
         if cursor_at is not None and job <= cursor_at:
             self.cursors[key] = (job[0], job[1], job[2] - 1)
+            self.shares.near(key, job[2])
 
     # --- the claim -------------------------------------------------------------------------
 
@@ -307,6 +317,7 @@ class KeyedClaims:
             if current is None or at > current:
                 self.cursors[job.fair_key] = at
                 self.cursors.move_to_end(job.fair_key)
+                self.shares.near(job.fair_key, job.id)  # its next job lies past this one
         while len(self.cursors) > KEY_CURSORS:
             self.cursors.popitem(last=False)
         for key, granted in grants.items():

@@ -235,14 +235,12 @@ def test_claim_path__backlogged_keys_get_their_water_fill__a_late_key_is_served_
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a capped key's share across claimers is not held to an attempt per claimer: each claimer "
-    "rotates by what it served itself, and the one whose attempt of the key ended may give the slot "
-    "to another key; measured 0.371 against 0.400 (cap 3, claimers of 4 and 3 slots), the same with "
-    "and without the freed-key NOTIFY",
-)
-def test_claim_path__capped_key_across_two_claimers__known_gap() -> None:
+def test_claim_path__capped_key_across_two_claimers__the_recorded_gap_closes() -> None:
+    """Recorded as a known gap (an xfail): k0 held 0.371 of the slot-seconds against its 0.400
+    (cap 3, claimers of 4 and 3 slots), as each claimer rotated by what it served itself. Since keys
+    of one quantum go oldest next job first, an order both claimers read from the same table, it
+    holds 0.404. The general property keeps its tolerance of an attempt per claimer for a capped key
+    (``check_history``); this case is held to one attempt, as an uncapped key is."""
     check_history(
         {
             "slots": [4, 3],
@@ -251,11 +249,12 @@ def test_claim_path__capped_key_across_two_claimers__known_gap() -> None:
                 KeySpec(weight=4, cap=None, seconds=3, priorities=(2, 2, 1, 1)),
                 KeySpec(weight=2, cap=2, seconds=3, priorities=(2, 4, 1, 1)),
             ],
-        }
+        },
+        capped_step_per_claimer=False,
     )
 
 
-def check_history(history: dict[str, Any]) -> None:
+def check_history(history: dict[str, Any], *, capped_step_per_claimer: bool = True) -> None:
     """Run one history and assert the module docstring's properties."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM awa_job WHERE queue = %s", [QUEUE])
@@ -282,7 +281,7 @@ def check_history(history: dict[str, Any]) -> None:
         got = outcome.held.get(key, 0.0) / total_held
         # A slot cannot hold part of an attempt: the measured share moves in steps of one attempt.
         step = keys[key].seconds / total_held
-        if keys[key].cap is not None:
+        if keys[key].cap is not None and capped_step_per_claimer:
             # A capped key's cap is exact across claimers, its share only to within an attempt per
             # claimer: a claimer held back by the cap learns of each end at once (the NOTIFY), but
             # can take the key only at its own next free slot, and each claimer rotates by what it
