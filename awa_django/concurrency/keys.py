@@ -145,6 +145,7 @@ class KeyShares:
         self._estimate: float | None = None  # the queue's moving average, for keys with none
         self._slow: float | None = None  # a slower average of the queue's run times, for the quantum
         self._quantum = _ESTIMATE_FLOOR  # tag units per place in the heap's order (see _requantize)
+        self._basis = _ESTIMATE_FLOOR  # the run time (seconds) the quantum was last set from
         self._ends = 0  # attempts ended, ...
         self._placed_at = -1  # ... when every key was last placed again (-1: never since the first end)
         self.placements = 0  # times every key was placed again (the O(k) step; a cost's measure)
@@ -331,8 +332,8 @@ class KeyShares:
         self._slow = slow
         self._settle(key, entry, lazy=True)
         self._ends += 1
-        quantum = self._quantum * self._heaviest / _QUANTUM_SHARE  # in seconds, as ``slow``
-        if not quantum / _QUANTUM_DRIFT <= max(slow, _ESTIMATE_FLOOR) <= quantum * _QUANTUM_DRIFT and (
+        basis = self._basis
+        if not basis / _QUANTUM_DRIFT <= max(slow, _ESTIMATE_FLOOR) <= basis * _QUANTUM_DRIFT and (
             self._placed_at < 0 or self._ends - self._placed_at >= len(self._keys)
         ):  # at most once per as many ends as there are keys: O(1) per end, however run times swing
             self._requantize()
@@ -347,14 +348,12 @@ class KeyShares:
 
     # --- internals -----------------------------------------------------------------
 
-    def _quantum_for(self, slow: float | None) -> float:
-        return _QUANTUM_SHARE * max(slow if slow is not None else _ESTIMATE_FLOOR, _ESTIMATE_FLOOR) / self._heaviest
-
     def _requantize(self) -> None:
         """Set the quantum from the slow average of run times and place every key again: O(k), on
         ``configure`` and when the run times drifted by ``_QUANTUM_DRIFT``, at most once per as many
         ends as there are keys (a worker's slot times swing by more than that as its load moves)."""
-        self._quantum = self._quantum_for(self._slow)
+        self._basis = max(self._slow if self._slow is not None else _ESTIMATE_FLOOR, _ESTIMATE_FLOOR)
+        self._quantum = _QUANTUM_SHARE * self._basis / self._heaviest
         self.placements += 1
         if self._slow is not None:
             self._placed_at = self._ends
