@@ -349,8 +349,11 @@ def test_keys_of_one_quantum__oldest_next_job_first__grants_lie_together(keys: i
     _, granted = _interleaved_drain(keys, slots, 6 * keys, lambda _: rng.uniform(0.04, 0.06))
     tail = granted[len(granted) // 2 :]  # past the first rotations (the quantum is set by then)
     gaps = sorted(abs(b - a) for a, b in itertools.pairwise(tail))
-    # Measured: a median of 2-4 ids here; a third of the keys (14-977) when ordered by tag alone.
-    assert gaps[len(gaps) // 2] <= max(5, keys // 20), gaps[len(gaps) // 2]
+    # Locality is physical (rows sharing heap pages), so the bound is in ids, whatever the key
+    # count. Measured: a median of 2-3 ids; up to 7 where the slots are about as many as the keys
+    # (each grant moves a key two quanta on, so few keys share the lowest quantum and tags order
+    # them); a third of the keys (14-977) when ordered by tag alone.
+    assert gaps[len(gaps) // 2] <= 10, gaps[len(gaps) // 2]
 
 
 @settings(max_examples=10, deadline=None)
