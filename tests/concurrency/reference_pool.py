@@ -207,7 +207,8 @@ class ReferencePool:
             entry.demand = wanted - granted
             entry.last_grant = now
             self._held_total += granted
-            self._version += 1
+            # The ranking stands: a grant goes to a queue within its target, and leaves every
+            # target as it was (shares and the remainder unchanged); see the pool's `try_acquire`.
         return granted
 
     def release(self, queue: str, n: int = 1, *, now: float | None = None) -> None:
@@ -277,9 +278,18 @@ class ReferencePool:
     def _set_demand(self, entry: _Entry, queue: str, demand: int, now: float) -> None:
         if entry.demand != demand:
             self._settle_all(now)
+            stays = queue in self._contenders and not entry.capped
+            before = self._plan_state()
             entry.demand = demand
             self._update_membership(queue, entry)
+            version = self._version
             self._plan()
+            if stays and queue in self._contenders and not entry.capped and self._plan_state() == before:
+                self._version = version  # an uncapped contender's demand moved, no share did: the ranking stands
+
+    def _plan_state(self) -> tuple[int, list[tuple[str, float, int, bool, bool]]]:
+        """What the targets and the ranking are computed from, besides credits and tie-breaks."""
+        return self._remainder, [(q, e.share, e.floor, e.fractional, e.capped) for q, e in self._contenders.items()]
 
     def _update_membership(self, queue: str, entry: _Entry) -> None:
         """Keep `_contenders` in step with `entry.contending`.
