@@ -191,11 +191,16 @@ def test_snapshot__an_awa_worker_process_row_is_read_by_the_dashboard(spawn: Spa
     ids = [Job.objects.enqueue("sleep", {"seconds": 300}, queue="snapH").pk for _ in range(2)]
 
     def written() -> WorkerInstance | None:
+        # The available rows are counted before the write reads its in-flight count, so one write
+        # can show both jobs running and still available (counted just before their claim): wait
+        # for a write whose count came after the claims (no available job: no entry, None).
         worker.assert_alive()
         row = WorkerInstance.objects.first()
-        return row if row is not None and (row.capacity("snapH") or {}).get("in_flight") == 2 else None
+        if row is None or (row.capacity("snapH") or {}).get("in_flight") != 2:
+            return None
+        return row if queues_from_json(row.queues)["snapH"].jobs_available is None else None
 
-    row = wait_until(written, timeout=60, what="the worker's row to show its 2 running jobs")
+    row = wait_until(written, timeout=60, what="the worker's row to show its 2 running jobs, none available")
     snapshot = queues_from_json(row.queues)["snapH"]
     assert snapshot == QueueSnapshot("hard_reserved", HardReserved(max_workers=4), 2, 2, False, None)
     assert WorkerFlags.from_json(row.flags).in_flight == 2
