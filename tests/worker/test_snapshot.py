@@ -96,9 +96,14 @@ def test_worker_flags__cluster_keys_only_in_cluster_scope() -> None:
 
 
 def _row(instance_id: uuid.UUID, queue: str, in_flight: int) -> WorkerInstance | None:
+    """The worker's row once it shows ``in_flight`` for the queue and no job available there: a
+    write counts the available rows before it reads its in-flight count, so one write can show a
+    job both running and available (counted just before its claim)."""
     row = WorkerInstance.objects.filter(instance_id=instance_id).first()
     entry = row.capacity(queue) if row is not None else None
-    return row if entry is not None and entry.get("in_flight") == in_flight else None
+    if entry is None or entry.get("in_flight") != in_flight:
+        return None
+    return row if queues_from_json(row.queues)[queue].jobs_available is None else None
 
 
 def _admin_client() -> Client:
