@@ -100,8 +100,7 @@ def _row(instance_id: uuid.UUID, queue: str, in_flight: int) -> WorkerInstance |
     write counts the available rows before it reads its in-flight count, so one write can show a
     job both running and available (counted just before its claim)."""
     row = WorkerInstance.objects.filter(instance_id=instance_id).first()
-    entry = row.capacity(queue) if row is not None else None
-    if entry is None or entry.get("in_flight") != in_flight:
+    if row is None or (row.capacity(queue) or {}).get("in_flight") != in_flight:
         return None
     return row if queues_from_json(row.queues)[queue].jobs_available is None else None
 
