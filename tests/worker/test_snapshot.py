@@ -95,11 +95,13 @@ def test_worker_flags__cluster_keys_only_in_cluster_scope() -> None:
     assert "cluster_caps" not in WorkerFlags(True, False, False, 0, 0, "process").to_json()
 
 
-def _row(instance_id: uuid.UUID, queue: str, in_flight: int) -> WorkerInstance | None:
-    """The worker's row once it shows ``in_flight`` for the queue and no job available there: a
-    write counts the available rows before it reads its in-flight count, so one write can show a
-    job both running and available (counted just before its claim)."""
-    row = WorkerInstance.objects.filter(instance_id=instance_id).first()
+def _row(instance_id: uuid.UUID | None, queue: str, in_flight: int) -> WorkerInstance | None:
+    """The worker's row (the only one, with ``instance_id`` None) once it shows ``in_flight`` for
+    the queue and no job available there: a write counts the available rows before it reads its
+    in-flight count, so one write can show a job both running and available (counted just before
+    its claim)."""
+    rows = WorkerInstance.objects.all()
+    row = (rows if instance_id is None else rows.filter(instance_id=instance_id)).first()
     if row is None or (row.capacity(queue) or {}).get("in_flight") != in_flight:
         return None
     return row if queues_from_json(row.queues)[queue].jobs_available is None else None
@@ -195,14 +197,8 @@ def test_snapshot__an_awa_worker_process_row_is_read_by_the_dashboard(spawn: Spa
     ids = [Job.objects.enqueue("sleep", {"seconds": 300}, queue="snapH").pk for _ in range(2)]
 
     def written() -> WorkerInstance | None:
-        # The available rows are counted before the write reads its in-flight count, so one write
-        # can show both jobs running and still available (counted just before their claim): wait
-        # for a write whose count came after the claims (no available job: no entry, None).
         worker.assert_alive()
-        row = WorkerInstance.objects.first()
-        if row is None or (row.capacity("snapH") or {}).get("in_flight") != 2:
-            return None
-        return row if queues_from_json(row.queues)["snapH"].jobs_available is None else None
+        return _row(None, "snapH", 2)
 
     row = wait_until(written, timeout=60, what="the worker's row to show its 2 running jobs, none available")
     snapshot = queues_from_json(row.queues)["snapH"]
