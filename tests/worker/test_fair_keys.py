@@ -5,7 +5,7 @@ Measured from the job rows (tests/worker/fairkeys.py): each attempt's [attempted
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -61,21 +61,34 @@ def test_lone_key__uses_every_slot_of_its_queue() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() -> None:
-    """Key A floods 4 slots; key B arrives with 40 jobs once A runs: B's first job starts within
-    a few rounds of slot releases, and while both have jobs B holds at least 0.45 of the
-    slot-seconds."""
+    """Key A floods 4 slots; key B arrives with 40 jobs once A runs: once the runner knows of B
+    (its allocator is offered B's jobs), B's first job starts before more than one claim's worth
+    of A's, and while both have jobs B holds at least 0.45 of the slot-seconds."""
     add_jobs(QUEUE, "A", 400, seconds=0.02)
-    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})):
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})) as worker:
         wait_until(lambda: done(20), what="A running")
+        keyed = worker.runners[QUEUE].keyed
+        assert keyed is not None
+        b_known: list[datetime] = []  # when the allocator was first offered B, on the worker's thread
+        offer = keyed.shares.offer
+
+        def offer_and_note(key: str, count: int = 1, position: int | None = None) -> None:
+            offer(key, count, position)
+            if key == "B" and not b_known:
+                b_known.append(timezone.now())
+
+        keyed.shares.offer = offer_and_note  # type: ignore[method-assign]
         add_jobs(QUEUE, "B", 40, seconds=0.02)
-        b_committed = timezone.now()  # just after the commit (created_at is taken before the insert)
         wait_until(lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists())
     runs = ran(QUEUE)
     first_b = next(r for r in runs if r.key == "B")
-    a_started_between = [r for r in runs if r.key == "A" and b_committed <= r.start < first_b.start]
-    # The allocator serves B at the first grant once it knows of B (the claim-path property test);
-    # before that, B's NOTIFY and the runner's read of arrivals: a few rounds of releases at most.
-    assert len(a_started_between) <= 4 * 4, len(a_started_between)
+    assert b_known and b_known[0] <= first_b.start, (b_known, first_b)
+    a_started_after = [r for r in runs if r.key == "A" and b_known[0] <= r.start < first_b.start]
+    # The allocator grants B first once it knows of B (the claim-path property test), so an A that
+    # starts after that came from a claim whose grants were picked before: at most the 4 slots'
+    # worth. How long B's NOTIFY and the arrival read take is the host's; it is not counted here
+    # (a loaded CI host once let 17 of A's start between B's commit and the runner's read).
+    assert len(a_started_after) <= 4, [(r.id, r.start) for r in a_started_after]
     until = all_backlogged_until(runs, ["A", "B"])
     assert shares(runs, first_b.start, until)["B"] >= 0.45
 
