@@ -14,8 +14,10 @@ from that clock.
 
 Each queue's *demand* is what its last `try_acquire` asked for and did not get (it grows
 back by one with each permit the queue releases while it still has demand); `waiting()`
-names the queues with demand that a free permit would now be granted to, so a release wakes
-only the dispatchers that can use it.
+names the queues with demand that a free permit would now be granted to, and `to_wake()` the
+ones a release wakes: all of them in hard-reserved mode, in weighted mode only as many of the
+most owed as permits are free (each takes at least one), so a release wakes only dispatchers
+that can use it.
 
 Invariants: a queue's `in_flight` is the number of its permits not yet released; in
 hard mode it never grows past `max_workers`, in weighted mode the sum over all queues
@@ -214,6 +216,26 @@ class Allocator:
             return []
         local = self._waiting_locally()
         return list(dict.fromkeys([*local, *self._pool.waiting(now=self._clock())]))
+
+    def to_wake(self, *, skip: str | None = None) -> list[str]:
+        """The dispatchers to wake now that permits may be free: in hard-reserved mode every one
+        `waiting()` names (each queue's slots are its own); in weighted mode only its first, most
+        owed first, as many as permits are free, since each of them takes at least one. Waking
+        all of them woke, with 1,000 one-job queues contending for 50 slots, up to 50 dispatchers
+        per freed permit, every one but the first to be refused. ``skip``: a queue just refused
+        (the ranking moved between its wake and its poll), so the next ones are woken instead."""
+        waiting = self.waiting()
+        if self._pool is None:
+            return waiting
+        if skip is not None:
+            waiting = [queue for queue in waiting if queue != skip]
+        return waiting[: self._headroom()]
+
+    @property
+    def free(self) -> int:
+        """Weighted mode: how many more permits the global maximum allows now (hard-reserved: 0,
+        as no permit is shared)."""
+        return 0 if self._pool is None else self._headroom()
 
     def snapshot(self) -> dict[str, dict[str, int | str]]:
         """`{queue: {mode, capacity fields, in_flight, available}}` for the configured queues, JSON-ready."""

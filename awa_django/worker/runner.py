@@ -402,6 +402,7 @@ class QueueRunner:
         #    allocator names it among the waiting when a permit it may take comes back.
         permits = allocator.try_acquire(self.name, wanted)
         if not permits:
+            self._runners.refused(self.name)
             return None
         # 2. the rate limit: no more permits than tokens were asked for, so take them all.
         if self._bucket is not None:
@@ -462,6 +463,7 @@ class QueueRunner:
             wanted = min(wanted, tokens)
         permits = self._runners.allocator.try_acquire(self.name, wanted)
         if not permits:
+            self._runners.refused(self.name)
             return keyed.sweep_in(now)  # a permit coming back wakes it sooner
         if self._bucket is not None:
             self._bucket.take(len(permits), now)
@@ -766,12 +768,23 @@ class Runners(Mapping[str, QueueRunner]):
         self._wake_scheduled = True
         self._loop.call_soon_threadsafe(self._wake_waiting_now)
 
+    def refused(self, queue: str) -> None:
+        """``queue``'s runner asked for permits and got none. In weighted mode a release wakes
+        only as many runners as permits are free (``Allocator.to_wake``); one of them refused
+        while permits are still free (the ranking moved between its wake and its poll) passes the
+        wake on to the next ones, so a free permit never waits for a sleeping queue it could serve."""
+        if self.allocator.free > 0:
+            self._wake(self.allocator.to_wake(skip=queue))
+
     def _on_release(self, queue: str) -> None:
         self.wake_waiting()
 
     def _wake_waiting_now(self) -> None:
         self._wake_scheduled = False
-        for queue in self.allocator.waiting():
+        self._wake(self.allocator.to_wake())
+
+    def _wake(self, queues: list[str]) -> None:
+        for queue in queues:
             runner = self._runners.get(queue)
             if runner is not None:
                 runner.wake()

@@ -3,7 +3,7 @@
 It drives the real `Allocator` and `TokenBucket` the way the worker does: a dispatcher per
 queue polls (tokens first, then `try_acquire`, then a claim that fills every permit while the
 queue has backlog); a finished job's permit goes through the writer's hand-over
-(`Allocator.keepable`, then the bucket) or back to the allocator, whose `waiting()` names the
+(`Allocator.keepable`, then the bucket) or back to the allocator, whose `to_wake()` names the
 dispatchers a release wakes; a backstop wakes every dispatcher with backlog once a second.
 Only the clock and the database are simulated: what ran is counted from the jobs started.
 """
@@ -103,11 +103,11 @@ def simulate(global_max: int, specs: list[QueueSpec], *, until: float, warmup: f
 
     def poll(q: _Queue) -> None:
         """One dispatcher's poll, then the dispatchers it leaves room for (as the worker does:
-        a poll that clears or lowers its demand wakes `waiting()`)."""
+        a poll that clears or lowers its demand wakes `to_wake()`)."""
         todo = [q]
         while todo:
             poll_one(todo.pop(0))
-            todo.extend(queues[name] for name in alloc.waiting() if queues[name] not in todo)
+            todo.extend(queues[name] for name in alloc.to_wake() if queues[name] not in todo)
 
     def poll_one(q: _Queue) -> None:
         name = q.spec.name
@@ -147,7 +147,7 @@ def simulate(global_max: int, specs: list[QueueSpec], *, until: float, warmup: f
                 return
         releases += 1
         permit.release()
-        for name in alloc.waiting():
+        for name in alloc.to_wake():
             poll(queues[name])
 
     for q in queues.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 
 import pytest
@@ -135,6 +136,33 @@ class AllocatorMachine(RuleBasedStateMachine):
     @invariant()
     def hook_called_once_per_release(self) -> None:
         assert len(self.released_calls) == self.releases
+
+    @invariant()
+    def the_woken_take_every_free_permit_a_waiting_queue_could(self) -> None:
+        """The wake rule (``to_wake``, ``Runners.refused``): it names the head of ``waiting()``, in
+        weighted mode no more queues than permits are free. Played on a copy as the runners do it:
+        a woken queue asks for as many permits as the worker has until it is refused (a runner
+        whose claim filled asks again at once), and one refused while permits are free passes the
+        wake on. Afterwards no permit is free while ``waiting()`` names a queue it could serve."""
+        waiting, woken = self.alloc.waiting(), self.alloc.to_wake()
+        assert woken == waiting[: len(woken)]
+        if not self.weighted:
+            assert woken == waiting
+            return
+        assert self.global_max is not None
+        assert len(woken) <= self.alloc.free
+        alloc = copy.deepcopy(self.alloc)
+        alloc.on_release = None
+        todo, polls = list(woken), 0
+        while todo:
+            queue = todo.pop(0)
+            while alloc.try_acquire(queue, self.global_max):
+                polls += 1
+            polls += 1
+            if alloc.free > 0:
+                todo += [q for q in alloc.to_wake(skip=queue) if q not in todo]
+            assert polls <= 4 * (len(QUEUES) + self.global_max), "the wakes go round without granting"
+        assert alloc.free == 0 or alloc.waiting() == [], (alloc.free, alloc.waiting())
 
 
 TestAllocatorProperties = AllocatorMachine.TestCase
