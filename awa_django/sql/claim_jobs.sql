@@ -39,10 +39,19 @@
 --   waited from due (run_at) to this claim, by the database's clock (the wait-time metric), then
 --   the row's timeout in seconds (NULL: the queue's deadline applies), then its fair key (a keyless
 --   runner that sees a key other than '' starts sharing its slots by key, worker/keyed.py).
+--   Last, in every row, `more`: whether a due, available job is left past the rows claimed (false
+--   when the claim came back short). A claim that filled every permit used to leave the runner
+--   believing in backlog until its next claim came back empty: with one job per queue (1,000
+--   queues sharing 50 weighted slots), every slot then went through one empty claim before passing
+--   to another queue. The probe (`ends`, `more`) runs only for a claim that filled its limit: one
+--   index probe per lane, lane 1 first, stopping at the first job found, each starting past the
+--   lane's last claimed row (or its cursor, for a lane the claim did not reach), so it never walks
+--   the dead entries before the cursors either. A job locked by a concurrent claim counts as left
+--   (the runner looks again, as before); rows this statement claims lie before each probe's start.
 WITH picked AS (
-    SELECT id FROM (
-        SELECT id FROM (
-            SELECT id
+    SELECT id, priority, run_at FROM (
+        SELECT * FROM (
+            SELECT id, priority, run_at
             FROM awa_job
             WHERE state = 'available'
               AND queue = %(queue)s::varchar
@@ -55,8 +64,8 @@ WITH picked AS (
             FOR UPDATE SKIP LOCKED
         ) AS lane1
         UNION ALL
-        SELECT id FROM (
-            SELECT id
+        SELECT * FROM (
+            SELECT id, priority, run_at
             FROM awa_job
             WHERE state = 'available'
               AND queue = %(queue)s::varchar
@@ -69,8 +78,8 @@ WITH picked AS (
             FOR UPDATE SKIP LOCKED
         ) AS lane2
         UNION ALL
-        SELECT id FROM (
-            SELECT id
+        SELECT * FROM (
+            SELECT id, priority, run_at
             FROM awa_job
             WHERE state = 'available'
               AND queue = %(queue)s::varchar
@@ -83,8 +92,8 @@ WITH picked AS (
             FOR UPDATE SKIP LOCKED
         ) AS lane3
         UNION ALL
-        SELECT id FROM (
-            SELECT id
+        SELECT * FROM (
+            SELECT id, priority, run_at
             FROM awa_job
             WHERE state = 'available'
               AND queue = %(queue)s::varchar
@@ -99,6 +108,25 @@ WITH picked AS (
         LIMIT %(limit)s::int
     ) AS lanes
     WHERE NOT EXISTS (SELECT 1 FROM awa_queue WHERE name = %(queue)s::varchar AND paused)
+), ends AS (
+    SELECT DISTINCT ON (priority) priority, run_at, id FROM picked ORDER BY priority, run_at DESC, id DESC
+), more AS (
+    SELECT CASE WHEN (SELECT count(*) FROM picked) < %(limit)s::int THEN false ELSE EXISTS (
+        SELECT 1
+        FROM (VALUES (1, %(after_run_at_1)s::timestamptz, %(after_id_1)s::bigint),
+                     (2, %(after_run_at_2)s::timestamptz, %(after_id_2)s::bigint),
+                     (3, %(after_run_at_3)s::timestamptz, %(after_id_3)s::bigint),
+                     (4, %(after_run_at_4)s::timestamptz, %(after_id_4)s::bigint)) AS lane (priority, run_at, id)
+        LEFT JOIN ends USING (priority)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM awa_job
+            WHERE state = 'available' AND queue = %(queue)s::varchar AND priority = lane.priority
+              AND run_at <= now()
+              AND (run_at, id) > (COALESCE(ends.run_at, lane.run_at, '-infinity'), COALESCE(ends.id, lane.id, 0))
+            ORDER BY run_at, id
+            LIMIT 1
+        ) AS ahead
+    ) END AS more
 )
 UPDATE awa_job AS j
 SET state = 'running',
@@ -110,4 +138,5 @@ SET state = 'running',
     deadline_at = now() + COALESCE(j.timeout, %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key, j.workflow_id
+    EXTRACT(EPOCH FROM now() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key, j.workflow_id,
+    (SELECT more FROM more) AS more

@@ -46,7 +46,7 @@ from awa_django.observability.joblog import log_job
 from awa_django.observability.sink import REFUSALS
 from awa_django.sql import statements
 from awa_django.states import JobState
-from awa_django.worker.context import ClaimedJob, Outcome, claimed_job_row
+from awa_django.worker.context import ClaimedJob, ClaimRows, Outcome
 from awa_django.worker.db import retrying
 from awa_django.worker.keyed import freed_keys
 from awa_django.worker.storable import escape_text
@@ -64,11 +64,13 @@ WRITE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, UnicodeError, Va
 @dataclass(frozen=True, slots=True)
 class HandOverClaim:
     """Permits a queue's runner keeps for its next jobs, and the claim's parameters to fill them
-    (``statement``: claim_jobs, or claim_keyed_jobs for a queue sharing its slots by fair key)."""
+    (``statement``: claim_jobs, or claim_keyed_jobs for a queue sharing its slots by fair key);
+    ``rows`` reads the claim's rows and keeps whether it left a due job (``ClaimRows.more``)."""
 
     permits: list[Permit]
     params: dict[str, Any]
     statement: str = "claim_jobs"
+    rows: ClaimRows = field(default_factory=ClaimRows)
 
 
 class HandOver(Protocol):
@@ -370,7 +372,7 @@ class Completer:
                 if freed is not None and freed["keys"]:
                     await conn.execute(statements["notify_freed_keys"], freed)
                 for queue, claim in plan.items():
-                    cursor = conn.cursor(row_factory=claimed_job_row)
+                    cursor = conn.cursor(row_factory=claim.rows)
                     claims[queue] = await cursor.execute(statements[claim.statement], claim.params)
             written = {row[0] for cursor in cursors for row in await cursor.fetchall()}
             claimed = {queue: await cursor.fetchall() for queue, cursor in claims.items()}

@@ -61,6 +61,31 @@ def claimed_job_row(cursor: _Described) -> Callable[[Sequence[Any]], ClaimedJob]
 _CLAIMED_FIELDS = tuple(field.name for field in fields(ClaimedJob))
 
 
+class ClaimRows:
+    """A claim's row factory (as ``claimed_job_row``) that also keeps its ``more`` column:
+    claim_jobs says there whether a due job was left past the last one it claimed in each lane.
+    ``more`` is None until a row with that column was read (no row, or a statement without it:
+    claim_keyed_jobs), so only a claim that returned rows can say the queue ran dry."""
+
+    __slots__ = ("more",)
+
+    def __init__(self) -> None:
+        self.more: bool | None = None
+
+    def __call__(self, cursor: _Described) -> Callable[[Sequence[Any]], ClaimedJob]:
+        make = claimed_job_row(cursor)
+        names = [column.name for column in cursor.description or ()]
+        if "more" not in names:
+            return make
+        at = names.index("more")
+
+        def make_noting(values: Sequence[Any]) -> ClaimedJob:
+            self.more = values[at]
+            return make(values)
+
+        return make_noting
+
+
 class JobContext:
     """Given to handlers registered with ``takes_context=True``.
 

@@ -53,7 +53,7 @@ from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_row
 from awa_django.sql import statements
 from awa_django.worker.completer import HandOverClaim
 from awa_django.worker.config import QueueConfig, WorkerConfig
-from awa_django.worker.context import ClaimedJob, claimed_job_row
+from awa_django.worker.context import ClaimedJob, ClaimRows
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
 from awa_django.worker.keyed import (
     KeyedClaims,
@@ -323,6 +323,8 @@ class QueueRunner:
         self._keys_seen(jobs)
         unfilled = claim.permits[len(jobs) :]
         if not unfilled:
+            if claim_ran and claim.rows.more is False:  # it filled them, and left no due job
+                self._ran_dry(params["nudges"] if params is not None else self._nudges)
             return
         self._give_back(unfilled)
         if not claim_ran:
@@ -410,13 +412,16 @@ class QueueRunner:
         # 3. claim at most that many rows.
         seen = self._nudges
         try:
-            jobs = await self._claim(len(permits))
+            jobs, more = await self._claim(len(permits))
         except BaseException:
             self._give_back(permits)
             raise
-        # 4. and 5. what the database did not fill goes back, and the queue ran dry.
+        # 4. and 5. what the database did not fill goes back, and the queue ran dry; so it did
+        #    when the claim filled every permit and said no due job was left past its rows.
         if len(jobs) < len(permits):
             self._give_back(permits[len(jobs) :])
+            self._ran_dry(seen, own_claim=True)
+        elif more is False:
             self._ran_dry(seen, own_claim=True)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
@@ -524,17 +529,19 @@ class QueueRunner:
             self._hungry = True
             self._wake.set()
 
-    async def _claim(self, limit: int) -> list[ClaimedJob]:
+    async def _claim(self, limit: int) -> tuple[list[ClaimedJob], bool | None]:
+        """Up to ``limit`` jobs, and whether a due job was left past them (``ClaimRows.more``)."""
         params = self._claim_params(limit)
+        rows = ClaimRows()
         try:
-            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=claimed_job_row) as cur:
+            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=rows) as cur:
                 await cur.execute(statements["claim_jobs"], params)
                 jobs = await cur.fetchall()
         except BaseException:
             self._lanes.claim_failed(params)
             raise
         self._lanes.advance(jobs, params)
-        return jobs
+        return jobs, rows.more
 
     # --- the rules, each written once -------------------------------------------------------
 

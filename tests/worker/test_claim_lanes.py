@@ -4,9 +4,9 @@ Jobs become available ahead of and behind the cursors (inserts with past run_at,
 due scheduled jobs, retries, priority aging); claims run with the cursors LaneCursors hands out,
 and the look-behind (find_jobs_behind, whose findings rewind lanes) runs when the history says.
 Every claim must return exactly the first ``limit`` rows in (priority, run_at, id) order among the
-due, available rows ahead of the cursors it was given; after a look, nothing that was available
-then stays behind the cursors of the claims that follow; and in the end every job is claimed
-exactly once.
+due, available rows ahead of the cursors it was given, and say (``more``) whether any is left;
+after a look, nothing that was available then stays behind the cursors of the claims that follow;
+and in the end every job is claimed exactly once.
 """
 
 from __future__ import annotations
@@ -120,10 +120,14 @@ class History:
         behind = set(available_ids()) - set(ahead_ids(params))
         assert behind <= self.since_look, f"left behind the cursors {params}: {behind - self.since_look}"
         want = expected(params)
+        left = len(ahead_ids(params)) > limit
         rows = run("claim_jobs", params)
         got = [row[0] for row in rows]
         # The set matters (RETURNING's order is the join's, not the claim order).
         assert sorted(got) == sorted(want), f"claim with {params} returned {got}, expected {want}"
+        # Each row's last column, ``more``: a due job is left ahead of the cursors once this claim's
+        # rows are taken (the runner then keeps asking; without one it stands down at once).
+        assert all(row[-1] is left for row in rows), f"claim with {params}: more={rows[0][-1]}, jobs left={left}"
         self.lanes.advance(claimed_rows(rows), params)
         self.claims.extend(got)
         self.running.extend((row[0], row[6]) for row in rows)

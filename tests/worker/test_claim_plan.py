@@ -62,8 +62,16 @@ def test_claim_plan__every_lane_scans_the_available_index__no_sequential_scan_of
     on_jobs = [n for n in nodes(plan) if n.get("Relation Name") == "awa_job"]
     shape = [(n["Node Type"], n.get("Index Name")) for n in on_jobs]
     assert not [n for n in on_jobs if n["Node Type"] == "Seq Scan"], (version, shape)
-    lanes = [n for n in on_jobs if n.get("Index Name") == AVAILABLE_INDEX]
+    # The lanes are the scans under the CTE ``picked``; the others on the available index are the
+    # ``more`` probe's (is a due job left past each lane's last claimed row?).
+    picked = next(n for n in nodes(plan) if n.get("Subplan Name") == "CTE picked")
+    lanes = [n for n in nodes(picked) if n.get("Index Name") == AVAILABLE_INDEX]
     assert lanes, (version, shape)
+    probes = [n for n in on_jobs if n.get("Index Name") == AVAILABLE_INDEX and n not in lanes]
+    assert probes, (version, shape)
+    # The probe stops at the first lane with a job left: lane 1 here, after its 32nd row.
+    assert sum(n.get("Actual Loops", 1) for n in probes) == 1, (version, [n.get("Actual Loops") for n in probes])
+    assert all(n["Actual Rows"] <= 1 for n in probes), (version, [n["Actual Rows"] for n in probes])
     # FOR UPDATE SKIP LOCKED under each lane's LIMIT: a lane locks at most what it hands on.
     locks = [n for n in nodes(plan) if n["Node Type"] == "LockRows"]
     assert locks, (version, shape)

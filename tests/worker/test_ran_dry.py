@@ -1,0 +1,63 @@
+"""A claim that fills every permit and leaves no due job says so (claim_jobs' ``more``), and the
+runner stops contending for slots at once: not hungry, no demand in the allocator, while its jobs
+still run. Before, it believed in backlog until one more claim (its own, or the writer's hand-over
+when a job ended) came back empty; in weighted mode its demand meanwhile held slots away from the
+other queues (1,000 one-job queues sharing 50 slots: bench/many_queues.py).
+
+A claim that fills every permit with jobs left behind keeps the runner hungry.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from awa_django.models import Job
+from awa_django.registry import JobHandler, Registry
+from awa_django.worker import JobContext, QueueConfig
+from tests.harness import make_config, running_worker, wait_until
+from tests.worker.support import Gates
+
+QUEUE = "dry"
+
+
+def _registry(gates: Gates, started: list[int]) -> Registry:
+    async def gated(context: JobContext) -> None:
+        started.append(context.job.id)
+        await gates.wait(context.job.id)
+
+    registry = Registry()
+    registry.register(JobHandler("gated", gated, queue=QUEUE, takes_context=True))
+    return registry
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("global_max", [None, 3], ids=["hard_reserved", "weighted"])
+@pytest.mark.parametrize(("jobs", "left"), [(3, False), (4, True)], ids=["exactly_its_permits", "one_more"])
+def test_claim_that_fills_its_permits__runner_stands_down_only_if_no_job_is_left(
+    gates: Gates, global_max: int | None, jobs: int, left: bool
+) -> None:
+    started: list[int] = []
+    # Three slots either way: hard-reserved max_workers 3, or weighted with a global maximum of 3
+    # (the queue's whole overflow pool, which it holds only while it contends). A 60 s poll
+    # interval: no backlog probe speaks while the test looks.
+    config = make_config({QUEUE: QueueConfig(QUEUE, max_workers=3)}, global_max_workers=global_max, poll_interval=60.0)
+    ids = [Job.objects.enqueue("gated", queue=QUEUE).pk for _ in range(jobs)]
+
+    with running_worker(config, registry=_registry(gates, started)) as worker:
+        wait_until(lambda: len(started) == 3, what="three gated jobs running")
+        runner, allocator = worker.runners[QUEUE], worker.allocator
+        if left:
+            # Its claim filled the three permits and left a job: it asks again, and is refused.
+            wait_until(lambda: allocator.demand(QUEUE) > 0, what="the runner asking for a fourth slot")
+            assert runner.hungry
+        else:
+            # Its claim filled the three permits and said no job is left: it stands down while all
+            # three still run (no job ended, so no hand-over claim could have told it).
+            wait_until(lambda: not runner.hungry, what="the runner standing down")
+            assert allocator.demand(QUEUE) == 0
+            assert sorted(started) == sorted(ids)
+        assert allocator.in_flight(QUEUE) == 3
+        for job_id in ids:  # the fourth too, before it starts
+            gates.open(job_id)
+        wait_until(lambda: Job.objects.filter(pk__in=ids, state="completed").count() == jobs, what="every job done")
+    assert sorted(started) == sorted(ids)
