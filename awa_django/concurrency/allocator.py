@@ -27,8 +27,10 @@ permits already held, and nothing new is granted until the count is back under i
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -289,7 +291,7 @@ class Allocator:
         Changes nothing.
         """
         state = self._queues.get(queue)
-        held = [p for p in permits if not p.released and p.queue == queue]
+        held = [p for p in permits if not p.released and not p.lent and p.queue == queue]
         if state is None or not state.active or not held:
             return []
         local = [p for p in held if p.kind != "overflow"]
@@ -302,6 +304,39 @@ class Allocator:
         keep_local = max(0, min(keep_local, headroom))
         keep_overflow = max(0, min(self._pool.keepable(queue, len(overflow), now=self._clock()), headroom - keep_local))
         return local[:keep_local] + overflow[:keep_overflow]
+
+    @contextmanager
+    def lending(self, permits: Sequence[Permit]) -> Iterator[None]:
+        """Weighted mode: lend the slots of ``permits`` (held by jobs whose final states are being
+        written) to the grants made inside the block, so the writer can pass them straight to
+        other queues' next jobs, claimed in the same round trip as the writes.
+
+        On entry each permit's slot goes back where it came from (the pool, or its queue's own
+        slots), but not its count against the global maximum; grants inside the block take those
+        counts first (the permits they used are marked released, ``Permit.passed_on``), and on
+        exit every permit whose count no grant took keeps holding it until released as usual, so
+        the jobs still being written never run beside more than the global maximum allows. Nothing
+        else can be granted in between: the block runs on the loop's thread with no await.
+        Hard-reserved mode shares no slot across queues: it lends nothing."""
+        lent = [] if self._pool is None else [p for p in permits if type(p) is Permit and self._lendable(p)]
+        for permit in lent:
+            self._free_origin(permit.queue, permit.kind)
+        self._total_in_flight -= len(lent)
+        before = self._total_in_flight
+        try:
+            yield
+        finally:
+            used = min(len(lent), max(0, self._total_in_flight - before))
+            for permit in lent[:used]:
+                permit.passed_on()
+                self._forget_if_removed(permit.queue)
+            for permit in lent[used:]:
+                permit.lend(functools.partial(self._released, permit.queue))
+            self._total_in_flight += len(lent) - used
+
+    def _lendable(self, permit: Permit) -> bool:
+        state = self._queues.get(permit.queue)
+        return not permit.released and not permit.lent and state is not None and permit.kind in ("local", "overflow")
 
     def set_capacities(self, caps: Mapping[str, int]) -> None:
         """Hard-reserved mode in scope "cluster": each queue's capacity is what the cluster's
@@ -402,38 +437,35 @@ class Allocator:
             return 0
 
     def _permits(self, queue: str, kind: PermitKind, n: int) -> list[Permit]:
-        if kind == "overflow":
-            pool = self._pool
-            assert pool is not None
-
-            state = self._queues[queue]
-
-            def give_back() -> None:
-                pool.release(queue, 1, now=self._clock())
-                if state.demand > 0:  # it could use the freed slot again
-                    state.demand += 1
-                self._released(queue)
-
-        else:
-            state = self._queues[queue]
-
-            def give_back() -> None:
-                state.slots.release(1)
-                if state.demand > 0:  # it could use the freed slot again
-                    state.demand += 1
-                self._released(queue)
+        def give_back() -> None:
+            self._free_origin(queue, kind)
+            self._released(queue)
 
         self._total_in_flight += n
         return [Permit(queue, kind, give_back) for _ in range(n)]
 
+    def _free_origin(self, queue: str, kind: PermitKind) -> None:
+        """A permit's slot goes back where it came from: the pool, or the queue's own slots."""
+        state = self._queues[queue]
+        if kind == "overflow":
+            assert self._pool is not None
+            self._pool.release(queue, 1, now=self._clock())
+        else:
+            state.slots.release(1)
+        if state.demand > 0:  # it could use the freed slot again
+            state.demand += 1
+
     def _released(self, queue: str) -> None:
         self._total_in_flight -= 1
+        self._forget_if_removed(queue)
+        if self.on_release is not None:
+            self.on_release(queue)
+
+    def _forget_if_removed(self, queue: str) -> None:
         state = self._queues.get(queue)
         if state is not None and not state.active and self._in_flight(state, queue) == 0:
             del self._queues[queue]  # a removed queue's last permit is back: forget it
             self._demanding.pop(queue, None)
-        if self.on_release is not None:
-            self.on_release(queue)
 
     def _active(self, queue: str) -> _QueueState:
         state = self._queues.get(queue)

@@ -19,13 +19,14 @@ class Permit:
     that raises is never retried.
     """
 
-    __slots__ = ("_give_back", "_kind", "_queue", "_released")
+    __slots__ = ("_give_back", "_kind", "_lent", "_queue", "_released")
 
     def __init__(self, queue: str, kind: PermitKind, give_back: Callable[[], None]) -> None:
         self._queue = queue
         self._kind: PermitKind = kind
         self._give_back = give_back
         self._released = False
+        self._lent = False
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
@@ -49,6 +50,20 @@ class Permit:
         self._released = True
         self._give_back()
         return True
+
+    @property
+    def lent(self) -> bool:
+        """Its slot was lent (`Allocator.lending`): it holds only its count against the global maximum."""
+        return self._lent
+
+    def lend(self, give_back: Callable[[], None]) -> None:
+        """Its slot was lent: what releasing it gives back from now on (`Allocator.lending`)."""
+        self._give_back = give_back
+        self._lent = True
+
+    def passed_on(self) -> None:
+        """Count it released without giving anything back: its slot went to another permit."""
+        self._released = True
 
 
 def release_all(permits: Iterable[Permit]) -> int:
