@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -115,6 +116,8 @@ class Allocator:
         # The queues with demand, so `waiting()` looks at those, not at every configured queue.
         self._demanding: dict[str, _QueueState] = {}
         self._ranked = 0
+        # Per queue, lent permits not yet released (`lending`): their jobs' rows are being written.
+        self._lent: Counter[str] = Counter()
         self._pool: OverflowPool | None = None
         self.on_release: Callable[[str], None] | None = None
         if global_max_workers is None:
@@ -312,27 +315,38 @@ class Allocator:
         other queues' next jobs, claimed in the same round trip as the writes.
 
         On entry each permit's slot goes back where it came from (the pool, or its queue's own
-        slots), but not its count against the global maximum; grants inside the block take those
-        counts first (the permits they used are marked released, ``Permit.passed_on``), and on
-        exit every permit whose count no grant took keeps holding it until released as usual, so
-        the jobs still being written never run beside more than the global maximum allows. Nothing
-        else can be granted in between: the block runs on the loop's thread with no await.
-        Hard-reserved mode shares no slot across queues: it lends nothing."""
+        slots), and grants inside the block may take it; its count against the global maximum is
+        taken by those grants first, and any count no grant took stays held. Until the permit is
+        released (after the write that ends its job), its queue still counts it in ``in_flight``,
+        since the job's row is still running: so a queue never runs more rows than it counts, and
+        the host never more than the global maximum (``total_in_flight`` counts each slot once:
+        for that round trip the queues' ``in_flight`` may add up to more). Nothing else can be
+        granted in between: the block runs on the loop's thread with no await. Hard-reserved mode
+        shares no slot across queues: it lends nothing."""
         lent = [] if self._pool is None else [p for p in permits if type(p) is Permit and self._lendable(p)]
         for permit in lent:
             self._free_origin(permit.queue, permit.kind)
+            self._lent[permit.queue] += 1
         self._total_in_flight -= len(lent)
         before = self._total_in_flight
         try:
             yield
         finally:
             used = min(len(lent), max(0, self._total_in_flight - before))
-            for permit in lent[:used]:
-                permit.passed_on()
-                self._forget_if_removed(permit.queue)
-            for permit in lent[used:]:
-                permit.lend(functools.partial(self._released, permit.queue))
+            for index, permit in enumerate(lent):
+                permit.lend(functools.partial(self._lent_back, permit.queue, index >= used))
             self._total_in_flight += len(lent) - used
+
+    def _lent_back(self, queue: str, counted: bool) -> None:
+        """A lent permit is released (its job's row written): its queue stops counting it, and a
+        count no grant took goes back like any release."""
+        self._lent[queue] -= 1
+        if not self._lent[queue]:
+            del self._lent[queue]
+        if counted:
+            self._released(queue)
+        else:
+            self._forget_if_removed(queue)
 
     def _lendable(self, permit: Permit) -> bool:
         state = self._queues.get(permit.queue)
@@ -426,7 +440,7 @@ class Allocator:
         return max(0, self._global_max_workers - self.total_in_flight)
 
     def _in_flight(self, state: _QueueState, queue: str) -> int:
-        return state.slots.in_use + self._overflow_held(queue)
+        return state.slots.in_use + self._overflow_held(queue) + self._lent.get(queue, 0)
 
     def _overflow_held(self, queue: str) -> int:
         if self._pool is None:

@@ -53,17 +53,13 @@ class Permit:
 
     @property
     def lent(self) -> bool:
-        """Its slot was lent (`Allocator.lending`): it holds only its count against the global maximum."""
+        """Its slot was lent (`Allocator.lending`): another queue's job may hold it already."""
         return self._lent
 
     def lend(self, give_back: Callable[[], None]) -> None:
         """Its slot was lent: what releasing it gives back from now on (`Allocator.lending`)."""
         self._give_back = give_back
         self._lent = True
-
-    def passed_on(self) -> None:
-        """Count it released without giving anything back: its slot went to another permit."""
-        self._released = True
 
 
 def release_all(permits: Iterable[Permit]) -> int:

@@ -4,8 +4,9 @@ theirs keeps go to the queues a release would wake, claimed in the write's round
 With 1,000 one-job queues sharing 50 weighted slots, each freed slot used to wait for the write's
 commit, its release, the woken runner's poll and that runner's own claim. Now ``Runners.plan_hand_over``
 lends the spare slots (``Allocator.lending``) to the runners ``Allocator.to_wake`` names, each
-taking what its own next claim would; what none takes keeps its count against the global maximum
-until the writes that end its jobs commit.
+taking what its own next claim would. Until the writes that end the finished jobs commit, their
+queues keep counting them (their rows still run), and what none takes keeps its count against the
+global maximum.
 
 These tests drive ``Runners.plan_hand_over`` directly, with a real allocator and no database (as
 test_hand_over_top_up.py does): which permits the plan holds, and that the global maximum holds
@@ -63,14 +64,18 @@ def test_across__a_dry_queues_freed_slots_go_to_the_waiting_queues_in_the_same_r
     assert [len(plan[q].permits) for q in ("b", "c")] == [1, 1]
     assert plan["b"].params["limit"] == plan["c"].params["limit"] == 1
     assert all(runners[q].claiming for q in ("b", "c"))  # the claim is theirs until it answers
-    # The finished jobs' counts went to b and c: two in flight while their rows are written.
-    assert allocator.total_in_flight == 2
-    assert all(p.released for p in finished)
-    # After the write, the writer releases what it did not pass: nothing left to give back.
-    assert [p.release() for p in finished] == [False, False]
-    assert allocator.total_in_flight == 2
+    # The finished jobs' slots went to b and c: two in flight on the host while the rows are
+    # written, and "done" still counts its two, whose rows still run until the write commits.
+    assert allocator.total_in_flight == 2 and allocator.free == 0
+    assert allocator.in_flight("done") == 2 and allocator.in_flight("b") == allocator.in_flight("c") == 1
+    # After the write, the writer releases what it did not pass: "done" stops counting them, and
+    # nothing is freed (the slots are b's and c's), so nobody is woken for them.
+    released: list[str] = []
+    allocator.on_release = released.append
+    assert [p.release() for p in finished] == [True, True]
+    assert allocator.total_in_flight == 2 and allocator.in_flight("done") == 0 and released == []
     runners.adopt("b", [], plan["b"], claim_ran=True)  # b found nothing: its permit goes back
-    assert allocator.total_in_flight == 1 and allocator.in_flight("c") == 1
+    assert allocator.total_in_flight == 1 and allocator.in_flight("c") == 1 and released == ["b"]
 
 
 def test_across__slots_no_queue_takes_keep_their_count_until_the_write_then_go_back(
@@ -86,11 +91,11 @@ def test_across__slots_no_queue_takes_keep_their_count_until_the_write_then_go_b
 
     assert runners.plan_hand_over(finished, frozenset()) == {}
 
-    # Lent and not taken: the queue's own count is back, the global one is held for the rows.
-    assert allocator.in_flight("done") == 0 and allocator.total_in_flight == 3 and allocator.free == 0
+    # Lent and not taken: the queue and the host keep counting them while the rows are written.
+    assert allocator.in_flight("done") == 3 and allocator.total_in_flight == 3 and allocator.free == 0
     assert all(p.lent and not p.released for p in finished)
     assert [p.release() for p in finished] == [True] * 3
-    assert allocator.total_in_flight == 0 and released == ["done"] * 3
+    assert allocator.total_in_flight == 0 and allocator.in_flight("done") == 0 and released == ["done"] * 3
 
 
 def test_across__hard_reserved_mode_passes_nothing_across(loop: asyncio.AbstractEventLoop) -> None:
@@ -143,6 +148,10 @@ def test_across__over_random_pools_never_passes_the_global_maximum_and_leaves_no
 
         assert allocator.total_in_flight <= global_max
         passing = [p for claim in plan.values() for p in claim.permits]
+        # Every queue still counts each of its permits not released (their rows still run).
+        for queue in names:
+            mine = {id(p) for p in [*held, *passing] if p.queue == queue and not p.released}
+            assert allocator.in_flight(queue) == len(mine), queue
         finished_queues = {p.queue for p in finished}
         for queue in plan:
             assert queue in hungry_before or queue in finished_queues
