@@ -4,6 +4,8 @@ Attempts submit their outcome and wait; one writer loop takes everything pending
 most two statements (complete_jobs for plain completions, finalize_jobs for the rest), and answers
 each waiter with whether its row was still running under its lease. While a batch is being written
 the next one accumulates, so batches grow with load and a lone job is written at once. A write
+still out after ``STUCK_AFTER`` (held up in the database: a row lock, a lock queue) no longer
+holds up the others: what came meanwhile goes in a second write, on another connection. A write
 that fails for lack of a database is retried until it succeeds: the rows stay running and their
 attempts keep their slots meanwhile.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -55,6 +58,14 @@ from awa_django.worker.writes import outcome_writes
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
+# A write held up in the database (a row lock another transaction keeps, a lock queue) must not hold
+# up every other finished attempt: once each write in flight has been out this long, the outcomes
+# that came meanwhile go in a write of their own, on another connection, up to WRITES at once.
+# Not sooner: a second write while the first is on its way costs a batch's fixed work for the same
+# jobs (two halves of a 50-job drain ran at 0.95x the rate with 1.33x the CPU per job:
+# bench/README.md, "Two writes in flight").
+WRITES = 2  # of the pool's connections (POOL_SIZE, 4 by default), at most two wait on writes
+STUCK_AFTER = 0.5  # seconds
 
 # What a batch write can fail with, once transient (connection) errors have been retried away:
 # the database refusing a value or a statement, or psycopg refusing to encode a parameter.
@@ -87,6 +98,11 @@ class HandOver(Protocol):
         ``claim_ran`` False the claim never ran (its batch was refused): the queue may still have jobs."""
         ...
 
+    def abandon(self, queue: str, claim: HandOverClaim) -> None:
+        """The write carrying the claim stopped before it answered (the worker stopping); the
+        writer releases the claim's permits."""
+        ...
+
 
 @dataclass(slots=True)
 class _Finished:
@@ -99,11 +115,16 @@ class _Finished:
 
 
 class Completer:
-    def __init__(self, pool: AsyncConnectionPool, hand_over: HandOver | None = None) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, hand_over: HandOver | None = None, *, writes: int | None = None
+    ) -> None:
         self.pool = pool
         self.hand_over = hand_over
+        self.writes = WRITES if writes is None else writes  # batches written at once, each on its own connection
         self._pending: list[_Finished] = []
-        self._batch: list[_Finished] = []  # the batch being written
+        self._flushing: dict[asyncio.Task[None], list[_Finished]] = {}  # the batches being written
+        self._started: dict[asyncio.Task[None], float] = {}  # when each began (monotonic)
+        self._recheck_at: asyncio.TimerHandle | None = None
         # Attempts whose await of their future was cancelled (the worker stopping) while the row
         # was still on its way: job id -> a future answered with the write, like the first was.
         self._late: dict[int, asyncio.Future[bool]] = {}
@@ -149,7 +170,8 @@ class Completer:
         attempts await their futures without ``asyncio.shield`` (5 % of the per-job Python), so a
         cancelled attempt cancels its future, and waits for the write through this instead."""
         late = asyncio.get_running_loop().create_future()
-        waiting = any(entry.job.id == job_id and not entry.answered for entry in (*self._batch, *self._pending))
+        writing = (entry for batch in self._flushing.values() for entry in batch)
+        waiting = any(entry.job.id == job_id and not entry.answered for entry in (*self._pending, *writing))
         if not waiting:
             late.set_result(True)  # answered already (its future was cancelled, so unanswered there)
         elif self._stopped:
@@ -167,25 +189,30 @@ class Completer:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._pending:
+                while self._pending and len(self._flushing) < self.writes:
+                    if self._flushing:
+                        wait = self._since_last_write() - STUCK_AFTER
+                        if wait < 0:  # the last write is on its way: look again when it is late
+                            self._recheck(-wait)
+                            break
                     batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                    self._batch = batch
-                    try:
-                        await self._flush(batch)
-                    except Exception:  # a bug, not a refused value (those are handled in _flush)
-                        logger.exception(
-                            "could not write %d finished attempt(s) job_ids=%s; their rows stay running "
-                            "until the rescue retries them",
-                            len(batch),
-                            ",".join(str(entry.job.id) for entry in batch),
-                        )
-                        for entry in batch:
-                            self._answer(entry, False)
-                self._idle.set()
+                    task = asyncio.create_task(self._flush_logged(batch))
+                    self._flushing[task] = batch
+                    self._started[task] = time.monotonic()
+                    task.add_done_callback(self._flushed)
+                if not self._pending and not self._flushing:
+                    self._idle.set()
         finally:
             # Stopped (the worker closing): nobody waits on a write that will never come.
             self._stopped = True
-            pending, self._pending, self._batch = self._pending, [], []
+            if self._recheck_at is not None:
+                self._recheck_at.cancel()
+            flushing = list(self._flushing)
+            for task in flushing:
+                task.cancel()
+            if flushing:
+                await asyncio.wait(flushing)
+            pending, self._pending = self._pending, []
             for entry in pending:
                 if entry.permit is not None:
                     entry.permit.release()
@@ -194,6 +221,37 @@ class Completer:
             for future in late.values():
                 future.cancel()
             self._idle.set()
+
+    def _since_last_write(self) -> float:
+        """Seconds since the newest write in flight started."""
+        return time.monotonic() - max(self._started.values())
+
+    def _recheck(self, delay: float) -> None:
+        """Wake the writer loop in ``delay`` seconds (once; a write ending wakes it sooner)."""
+        if self._recheck_at is None:
+            self._recheck_at = asyncio.get_running_loop().call_later(delay, self._rechecked)
+
+    def _rechecked(self) -> None:
+        self._recheck_at = None
+        self._wake.set()
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushing.pop(task, None)
+        self._started.pop(task, None)
+        self._wake.set()
+
+    async def _flush_logged(self, batch: list[_Finished]) -> None:
+        try:
+            await self._flush(batch)
+        except Exception:  # a bug, not a refused value (those are handled in _flush)
+            logger.exception(
+                "could not write %d finished attempt(s) job_ids=%s; their rows stay running "
+                "until the rescue retries them",
+                len(batch),
+                ",".join(str(entry.job.id) for entry in batch),
+            )
+            for entry in batch:
+                self._answer(entry, False)
 
     async def _flush(self, batch: list[_Finished]) -> None:
         batch.sort(key=lambda entry: entry.job.id)  # id order: no deadlock with heartbeat batches
@@ -224,8 +282,9 @@ class Completer:
         except BaseException:
             for permit in permits:
                 permit.release()
-            for claim in plan.values():  # the hand-over's own, beyond the batch's (runner._top_up)
+            for queue, claim in plan.items():  # the hand-over's own, beyond the batch's (runner._top_up)
                 release_all(claim.permits)
+                self.hand_over.abandon(queue, claim)  # type: ignore[union-attr]
             raise
         refused = [entry for entry in batch if entry.job.id not in written]
         reasons = await self._refusal_reasons(refused) if refused else {}

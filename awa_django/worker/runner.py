@@ -88,7 +88,9 @@ class QueueRunner:
         self._claimed = 0
         # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
         self._lanes = LaneCursors()
-        self._hand_over_out: dict[str, Any] | None = None  # the hand-over claim's parameters, until it answers
+        # The parameters of this queue's hand-over claims still out (the writer may have one in
+        # each of its writes in flight), until each answers or is abandoned.
+        self._hand_overs_out: list[dict[str, Any]] = []
         # The queue's fair-key settings (None until read, before its first claim), and its keyed
         # claims once it shares its slots by key (None: claim_jobs, as if keys did not exist).
         self._key_settings: QueueKeySettings | None = None
@@ -113,7 +115,7 @@ class QueueRunner:
     @property
     def claiming(self) -> bool:
         """A claim of this queue is under way: its own poll, or a hand-over claim not yet answered."""
-        return self._polling or self._hand_over_out is not None
+        return self._polling or bool(self._hand_overs_out)
 
     @property
     def claimed_total(self) -> int:
@@ -252,10 +254,8 @@ class QueueRunner:
         if not kept:
             return None
         kept += self._top_up(now)
-        if self._hand_over_out is not None:  # never answered: its rewinds must not be lost
-            self._lanes.claim_failed(self._hand_over_out)
         params = self._claim_params(len(kept))
-        self._hand_over_out = params
+        self._hand_overs_out.append(params)
         return HandOverClaim(kept, params)
 
     def plan_passed(self, now: float) -> HandOverClaim | None:
@@ -269,7 +269,7 @@ class QueueRunner:
         if not permits:
             return None
         params = self._claim_params(len(permits))
-        self._hand_over_out = params
+        self._hand_overs_out.append(params)
         return HandOverClaim(permits, params)
 
     def _top_up(self, now: float) -> list[Permit]:
@@ -327,7 +327,7 @@ class QueueRunner:
         if claim.statement == "claim_keyed_jobs" and self._keyed is not None:
             self._adopt_keyed(self._keyed, jobs, claim, claim_ran=claim_ran)
             return
-        params, self._hand_over_out = self._hand_over_out, None
+        params = self._answered(claim)
         if params is not None:
             if claim_ran:
                 self._lanes.advance(jobs, params)
@@ -345,6 +345,26 @@ class QueueRunner:
             self.nudge()  # the claim never ran: the queue may still have jobs, let it claim itself
         else:
             self._ran_dry(params["nudges"] if params is not None else self._nudges)
+
+    def abandon(self, claim: HandOverClaim) -> None:
+        """The write carrying this hand-over claim stopped before it answered (the worker
+        stopping): its rewinds are pending again, a keyed claim's grants go back; the writer
+        releases its permits."""
+        if claim.statement == "claim_keyed_jobs":
+            if self._keyed is not None:
+                self._keyed.settle_hand_over(claim.params, [], claim_ran=False)
+            return
+        params = self._answered(claim)
+        if params is not None:
+            self._lanes.claim_failed(params)
+
+    def _answered(self, claim: HandOverClaim) -> dict[str, Any] | None:
+        """The claim's parameters, no longer out; None if it is not one of this runner's."""
+        for index, params in enumerate(self._hand_overs_out):
+            if params is claim.params:
+                del self._hand_overs_out[index]
+                return params
+        return None
 
     def _adopt_keyed(
         self, keyed: KeyedClaims, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool
@@ -803,6 +823,12 @@ class Runners(Mapping[str, QueueRunner]):
         release_all(claim.permits[len(jobs) :])  # pragma: no cover - runners are never removed
         for job, permit in zip(jobs, claim.permits, strict=False):
             self.start_attempt(job, permit, None)
+
+    def abandon(self, queue: str, claim: HandOverClaim) -> None:
+        """completer.HandOver: the write carrying ``queue``'s hand-over claim stopped unanswered."""
+        runner = self._runners.get(queue)
+        if runner is not None:
+            runner.abandon(claim)
 
     def wake_waiting(self) -> None:
         """Wake, soon, the runners the allocator says a free permit would now be granted to (once

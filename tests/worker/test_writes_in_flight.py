@@ -1,0 +1,86 @@
+"""A write held up in the database no longer holds up every other finished attempt: once the
+write in flight has been out ``completer.STUCK_AFTER`` seconds, what ended meanwhile goes in a
+second write, on another pooled connection (``Completer.writes`` at most).
+
+Here a test transaction holds the row lock of a running job, so the write of that job's outcome
+waits on it (the database says so: the worker's session is among the lock's waiters); the
+outcomes of two other jobs that end meanwhile are written by a second write while the first
+still waits, as the rows show. Then the lock goes and the first job's write completes too. With
+one write in flight at a time, the two waited for the lock (this test timed out there).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from awa_django.models import Job
+from awa_django.registry import JobHandler, Registry
+from awa_django.worker import JobContext, QueueConfig
+from tests.harness import make_config, running_worker, wait_until
+from tests.worker.support import Gates
+
+QUEUE = "lanes"
+
+
+def _registry(gates: Gates, started: list[int]) -> Registry:
+    async def gated(context: JobContext) -> None:
+        started.append(context.job.id)
+        await gates.wait(context.job.id)
+
+    registry = Registry()
+    registry.register(JobHandler("gated", gated, queue=QUEUE, takes_context=True))
+    return registry
+
+
+def _blocked_by(holder: int) -> bool:
+    """Whether a worker's session waits on a lock the backend ``holder`` holds: with no heartbeat
+    due, only the write of the job's outcome touches its row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'awa_worker%%' "
+            "AND %s = ANY(pg_blocking_pids(pid))",
+            [holder],
+        )
+        (count,) = cursor.fetchone()
+    return bool(count)
+
+
+def _states(ids: list[int]) -> dict[int, str]:
+    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("global_max", [None, 4], ids=["hard_reserved", "weighted"])
+def test_write_waiting_on_a_row_lock__other_outcomes_are_written_meanwhile(
+    gates: Gates, global_max: int | None
+) -> None:
+    started: list[int] = []
+    # No heartbeat due while the test looks (it would wait on the lock too, and the write behind it).
+    config = make_config(
+        {QUEUE: QueueConfig(QUEUE, max_workers=4)},
+        global_max_workers=global_max,
+        heartbeat_interval=60.0,
+        heartbeat_staleness=600.0,
+    )
+    held, *others = [Job.objects.enqueue("gated", queue=QUEUE).pk for _ in range(3)]
+
+    with running_worker(config, registry=_registry(gates, started)) as worker:
+        wait_until(lambda: len(started) == 3, what="three gated jobs running")
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM awa_job WHERE id = %s FOR UPDATE", [held])
+                cursor.execute("SELECT pg_backend_pid()")
+                (holder,) = cursor.fetchone()
+            gates.open(held)
+            wait_until(lambda: _blocked_by(holder), what="the held job's write waiting on the lock")
+            for job_id in others:
+                gates.open(job_id)
+            wait_until(
+                lambda: all(state == "completed" for state in _states(others).values()),
+                what="the other two jobs written while the first write waits",
+            )
+            assert _states([held]) == {held: "running"}
+        wait_until(lambda: _states([held]) == {held: "completed"}, what="the held job written once the lock goes")
+    assert worker.completer.written == 3
+    assert worker.completer.lost == 0
