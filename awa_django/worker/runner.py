@@ -405,6 +405,15 @@ class QueueRunner:
     async def poll_once(self) -> float | None:
         """One round of the six phases; returns how long to wait before the next: 0 = at once,
         None = until woken (by a NOTIFY, the backlog probe, or a permit it may now take)."""
+        if not self._config.paused:
+            # Before the first claim, and not part of it: while these read, the backlog probe may
+            # look at the queue (its first look is how the runner learns of jobs waiting at start;
+            # were this "polling", the probe would pass over the queue, and nothing would look
+            # again for a poll interval: tests/worker/test_backlog_at_start.py).
+            if self._key_settings is None:
+                await self._load_key_settings()
+            if not self._keys_looked:
+                await self._look_for_keys()
         self._polling = True
         try:
             return await self._poll()
@@ -417,10 +426,6 @@ class QueueRunner:
             self._hungry = False
             self._stand_down()
             return None
-        if self._key_settings is None:
-            await self._load_key_settings()
-        if not self._keys_looked:
-            await self._look_for_keys()
         if self._keyed is not None:
             return await self._poll_keyed(self._keyed)
         if not self._hungry:
