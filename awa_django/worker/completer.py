@@ -115,15 +115,12 @@ class _Finished:
 
 
 class Completer:
-    def __init__(
-        self, pool: AsyncConnectionPool, hand_over: HandOver | None = None, *, writes: int | None = None
-    ) -> None:
+    def __init__(self, pool: AsyncConnectionPool, hand_over: HandOver | None = None) -> None:
         self.pool = pool
         self.hand_over = hand_over
-        self.writes = WRITES if writes is None else writes  # batches written at once, each on its own connection
         self._pending: list[_Finished] = []
-        self._flushing: dict[asyncio.Task[None], list[_Finished]] = {}  # the batches being written
-        self._started: dict[asyncio.Task[None], float] = {}  # when each began (monotonic)
+        # The batches being written (at most WRITES, each on its own connection), and when each began (monotonic).
+        self._flushing: dict[asyncio.Task[None], tuple[list[_Finished], float]] = {}
         self._recheck_at: asyncio.TimerHandle | None = None
         # Attempts whose await of their future was cancelled (the worker stopping) while the row
         # was still on its way: job id -> a future answered with the write, like the first was.
@@ -170,7 +167,7 @@ class Completer:
         attempts await their futures without ``asyncio.shield`` (5 % of the per-job Python), so a
         cancelled attempt cancels its future, and waits for the write through this instead."""
         late = asyncio.get_running_loop().create_future()
-        writing = (entry for batch in self._flushing.values() for entry in batch)
+        writing = (entry for batch, _ in self._flushing.values() for entry in batch)
         waiting = any(entry.job.id == job_id and not entry.answered for entry in (*self._pending, *writing))
         if not waiting:
             late.set_result(True)  # answered already (its future was cancelled, so unanswered there)
@@ -189,7 +186,7 @@ class Completer:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._pending and len(self._flushing) < self.writes:
+                while self._pending and len(self._flushing) < WRITES:
                     if self._flushing:
                         wait = self._since_last_write() - STUCK_AFTER
                         if wait < 0:  # the last write is on its way: look again when it is late
@@ -197,8 +194,7 @@ class Completer:
                             break
                     batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
                     task = asyncio.create_task(self._flush_logged(batch))
-                    self._flushing[task] = batch
-                    self._started[task] = time.monotonic()
+                    self._flushing[task] = (batch, time.monotonic())
                     task.add_done_callback(self._flushed)
                 if not self._pending and not self._flushing:
                     self._idle.set()
@@ -224,7 +220,7 @@ class Completer:
 
     def _since_last_write(self) -> float:
         """Seconds since the newest write in flight started."""
-        return time.monotonic() - max(self._started.values())
+        return time.monotonic() - max(started for _, started in self._flushing.values())
 
     def _recheck(self, delay: float) -> None:
         """Wake the writer loop in ``delay`` seconds (once; a write ending wakes it sooner)."""
@@ -237,7 +233,6 @@ class Completer:
 
     def _flushed(self, task: asyncio.Task[None]) -> None:
         self._flushing.pop(task, None)
-        self._started.pop(task, None)
         self._wake.set()
 
     async def _flush_logged(self, batch: list[_Finished]) -> None:

@@ -1,6 +1,6 @@
 """A write held up in the database no longer holds up every other finished attempt: once the
 write in flight has been out ``completer.STUCK_AFTER`` seconds, what ended meanwhile goes in a
-second write, on another pooled connection (``Completer.writes`` at most).
+second write, on another pooled connection (``completer.WRITES`` at most).
 
 Here a test transaction holds the row lock of a running job, so the write of that job's outcome
 waits on it (the database says so: the worker's session is among the lock's waiters); the
