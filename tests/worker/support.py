@@ -17,6 +17,8 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from awa_django.models import Job
+from awa_django.registry import JobHandler, Registry
+from awa_django.worker import JobContext
 from tests.harness import spawn_worker, wait_until
 
 
@@ -92,6 +94,19 @@ class Gates:
             keys = list(self._waiters)
         for key in keys:
             self.open(key)
+
+
+def gated_registry(gates: Gates, started: list[int], queue: str) -> Registry:
+    """A registry whose one kind, ``gated`` (in ``queue``), notes its job's id in ``started`` and
+    waits for the job's gate."""
+
+    async def gated(context: JobContext) -> None:
+        started.append(context.job.id)
+        await gates.wait(context.job.id)
+
+    registry = Registry()
+    registry.register(JobHandler("gated", gated, queue=queue, takes_context=True))
+    return registry
 
 
 def row(job_id: int) -> Job:

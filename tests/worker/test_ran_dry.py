@@ -12,22 +12,11 @@ from __future__ import annotations
 import pytest
 
 from awa_django.models import Job
-from awa_django.registry import JobHandler, Registry
-from awa_django.worker import JobContext, QueueConfig
+from awa_django.worker import QueueConfig
 from tests.harness import make_config, running_worker, wait_until
-from tests.worker.support import Gates
+from tests.worker.support import Gates, gated_registry
 
 QUEUE = "dry"
-
-
-def _registry(gates: Gates, started: list[int]) -> Registry:
-    async def gated(context: JobContext) -> None:
-        started.append(context.job.id)
-        await gates.wait(context.job.id)
-
-    registry = Registry()
-    registry.register(JobHandler("gated", gated, queue=QUEUE, takes_context=True))
-    return registry
 
 
 @pytest.mark.django_db(transaction=True)
@@ -43,7 +32,7 @@ def test_claim_that_fills_its_permits__runner_stands_down_only_if_no_job_is_left
     config = make_config({QUEUE: QueueConfig(QUEUE, max_workers=3)}, global_max_workers=global_max, poll_interval=60.0)
     ids = [Job.objects.enqueue("gated", queue=QUEUE).pk for _ in range(jobs)]
 
-    with running_worker(config, registry=_registry(gates, started)) as worker:
+    with running_worker(config, registry=gated_registry(gates, started, QUEUE)) as worker:
         wait_until(lambda: len(started) == 3, what="three gated jobs running")
         runner, allocator = worker.runners[QUEUE], worker.allocator
         if left:

@@ -15,22 +15,11 @@ import pytest
 from django.db import connection, transaction
 
 from awa_django.models import Job
-from awa_django.registry import JobHandler, Registry
-from awa_django.worker import JobContext, QueueConfig
+from awa_django.worker import QueueConfig
 from tests.harness import make_config, running_worker, wait_until
-from tests.worker.support import Gates
+from tests.worker.support import Gates, gated_registry
 
 QUEUE = "lanes"
-
-
-def _registry(gates: Gates, started: list[int]) -> Registry:
-    async def gated(context: JobContext) -> None:
-        started.append(context.job.id)
-        await gates.wait(context.job.id)
-
-    registry = Registry()
-    registry.register(JobHandler("gated", gated, queue=QUEUE, takes_context=True))
-    return registry
 
 
 def _blocked_by(holder: int) -> bool:
@@ -65,7 +54,7 @@ def test_write_waiting_on_a_row_lock__other_outcomes_are_written_meanwhile(
     )
     held, *others = [Job.objects.enqueue("gated", queue=QUEUE).pk for _ in range(3)]
 
-    with running_worker(config, registry=_registry(gates, started)) as worker:
+    with running_worker(config, registry=gated_registry(gates, started, QUEUE)) as worker:
         wait_until(lambda: len(started) == 3, what="three gated jobs running")
         with transaction.atomic():
             with connection.cursor() as cursor:
