@@ -17,6 +17,7 @@ once, on its first attempt.
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
@@ -47,6 +48,10 @@ def _blocked_by(holder: int) -> bool:
 
 def _states(ids: list[int]) -> dict[int, str]:
     return dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+
+
+def _completed(job_id: int) -> bool:
+    return _states([job_id]) == {job_id: "completed"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -94,7 +99,7 @@ def test_property__one_row_held__every_other_outcome_written_meanwhile__each_onc
     held_at = data.draw(st.integers(min_value=0, max_value=n - 1), label="the held job's place in the end order")
     weighted = data.draw(st.booleans(), label="weighted")
     queue = f"held_{uuid.uuid4().hex[:10]}"  # rows of earlier examples stay in the table
-    gates, started = Gates(), []
+    gates, started = Gates(), list[int]()
     config = make_config(
         {queue: QueueConfig(queue, max_workers=n)},
         global_max_workers=n if weighted else None,
@@ -118,7 +123,7 @@ def test_property__one_row_held__every_other_outcome_written_meanwhile__each_onc
                     wait_until(lambda: _blocked_by(holder), what="the held job's write waiting on the lock")
                 else:
                     wait_until(
-                        lambda job_id=job_id: _states([job_id]) == {job_id: "completed"},
+                        functools.partial(_completed, job_id),
                         what=f"job {job_id} written while the held job {held} waits",
                     )
             assert _states([held]) == {held: "running"}
