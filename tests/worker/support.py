@@ -8,7 +8,7 @@ import contextlib
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,11 +89,31 @@ class Gates:
             with contextlib.suppress(RuntimeError):  # that worker's loop has already ended
                 loop.call_soon_threadsafe(event.set)
 
+    def open_together(self, keys: Iterable[Any]) -> None:
+        """Open these gates in one turn of each waiting loop: their handlers resume together, and
+        their attempts' outcomes all reach the writer before it next runs (asyncio runs ready
+        callbacks in order, so the writer, woken by the first outcome, runs after the last): they
+        are written in one batch."""
+        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+        with self._lock:
+            for key in keys:
+                self._opened.add(key)
+                for loop, event in self._waiters.pop(key, []):
+                    woken.setdefault(loop, []).append(event)
+        for loop, events in woken.items():
+            with contextlib.suppress(RuntimeError):  # that worker's loop has already ended
+                loop.call_soon_threadsafe(_set_all, events)
+
     def open_all(self) -> None:
         with self._lock:
             keys = list(self._waiters)
         for key in keys:
             self.open(key)
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
 
 
 def gated_registry(gates: Gates, started: list[int], queue: str) -> Registry:
