@@ -82,12 +82,7 @@ class Gates:
         await event.wait()
 
     def open(self, key: Any) -> None:
-        with self._lock:
-            self._opened.add(key)
-            waiters = self._waiters.pop(key, [])
-        for loop, event in waiters:
-            with contextlib.suppress(RuntimeError):  # that worker's loop has already ended
-                loop.call_soon_threadsafe(event.set)
+        self.open_together((key,))
 
     def open_together(self, keys: Iterable[Any]) -> None:
         """Open these gates in one turn of each waiting loop: their handlers resume together, and
