@@ -175,7 +175,8 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             wait_for(driver, "svg.awa-chart rect.awa-bar-completed")
             # The page refreshes itself every few seconds, replacing the nodes a read may be holding:
             # each read is retried when the refresh swapped its element away mid-read.
-            assert unswapped(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.awa-chart rect.awa-bar-failed"))
+            # Waited for, not read once: a read in the middle of a refresh's swap finds no chart at all.
+            wait_for(driver, "svg.awa-chart rect.awa-bar-failed")
             body = unswapped(driver, lambda d: d.find_element(By.ID, "awa-dashboard").text)
             assert "emails: weighted: min 2, weight 5, overflow held " in body  # held varies while it polls
             assert f"{worker.hostname}:{worker.pid}" in body
