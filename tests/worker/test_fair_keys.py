@@ -6,6 +6,7 @@ Measured from the job rows (tests/worker/fairkeys.py): each attempt's [attempted
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -78,6 +79,24 @@ def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() ->
                 b_known.append(timezone.now())
 
         keyed.shares.offer = offer_and_note  # type: ignore[method-assign]
+        # What the allocator did with B, for the failure message: each grant B had, and each claim's
+        # answer for it (a short one says B ran dry, and B waits for the next offer).
+        b_seen: list[tuple[str, Any]] = []
+        pick, returned = keyed.shares.pick, keyed.shares.returned
+
+        def pick_and_note(slots: int) -> dict[str, int]:
+            grants = pick(slots)
+            if b_known:
+                b_seen.append(("pick", (timezone.now().time(), slots, grants)))
+            return grants
+
+        def returned_and_note(key: str, granted: int, claimed: int, *, dry: bool = True) -> None:
+            returned(key, granted, claimed, dry=dry)
+            if key == "B":
+                b_seen.append(("returned", (timezone.now().time(), granted, claimed, dry)))
+
+        keyed.shares.pick = pick_and_note  # type: ignore[method-assign]
+        keyed.shares.returned = returned_and_note  # type: ignore[method-assign]
         add_jobs(QUEUE, "B", 40, seconds=0.02)
         wait_until(lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists())
     runs = ran(QUEUE)
@@ -88,7 +107,7 @@ def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() ->
     # starts after that came from a claim whose grants were picked before: at most the 4 slots'
     # worth. How long B's NOTIFY and the arrival read take is the host's; it is not counted here
     # (a loaded CI host once let 17 of A's start between B's commit and the runner's read).
-    assert len(a_started_after) <= 4, [(r.id, r.start) for r in a_started_after]
+    assert len(a_started_after) <= 4, ([(r.id, r.start.time()) for r in a_started_after], b_known, b_seen[:20])
     until = all_backlogged_until(runs, ["A", "B"])
     assert shares(runs, first_b.start, until)["B"] >= 0.45
 
