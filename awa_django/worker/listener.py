@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -55,12 +55,44 @@ def listen_check_interval(config: WorkerConfig) -> float:
 class BacklogProbe:
     """The backstop to NOTIFY, one query per poll interval for every queue together."""
 
+    # How often to look again while a look is owed to a queue still in the claim it was in when
+    # the look was asked for (a claim takes milliseconds).
+    OWED_RECHECK = 0.005  # seconds
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.now = asyncio.Event()  # set: probe at once instead of at the end of the interval
+        # Queues whose own claim was under way when a look was asked for: {queue: its claims begun
+        # then}. Such a claim may have begun before the jobs nobody announced were committed, so it
+        # does not answer the request; the probe looks at the queue once that claim ends, unless a
+        # claim of its own began since.
+        self._owed: dict[str, int] = {}
 
     def look_now(self) -> None:
+        """Look at every queue at once (the listener may have missed NOTIFYs)."""
+        self._owed.update(self.runtime.runners.claims_under_way())
         self.now.set()
+
+    def _settle_owed(self, looked: Iterable[str] = ()) -> None:
+        """Drop the owed looks taken (``looked``), or answered by a claim begun since the request,
+        or no longer wanted (the queue paused, or no longer served)."""
+        runners = self.runtime.runners
+        for name in looked:
+            self._owed.pop(name, None)
+        self._owed = {name: begun for name, begun in self._owed.items() if runners.claims_begun(name) == begun}
+
+    async def _rest(self) -> None:
+        """Until the next look: the poll interval, or sooner when asked to look now (at once if
+        that was asked while the last look ran), or when a look owed to a queue may be due."""
+        runtime = self.runtime
+        interval = self.OWED_RECHECK if self._owed else runtime.config.poll_interval
+        waits = [asyncio.ensure_future(self.now.wait()), asyncio.ensure_future(runtime.stop.sleep(interval))]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        self.now.clear()
 
     def params(self, queues: list[str]) -> dict[str, list[Any]]:
         """find_ready_queues' parameters: every lane of each queue, from its runner's cursor
@@ -83,35 +115,27 @@ class BacklogProbe:
         runtime = self.runtime
         runners, stop = runtime.runners, runtime.stop
         while not stop.stopping:
+            self._settle_owed()
             seen = runners.probe_candidates()
             if not seen:
-                # Every queue is paused or in its own claim, which looks at the database itself: a
-                # request to look now is answered by those claims.
-                self.now.clear()
-                waits = [
-                    asyncio.ensure_future(self.now.wait()),
-                    asyncio.ensure_future(stop.sleep(runtime.config.poll_interval)),
-                ]
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for waiting in waits:
-                        waiting.cancel()
+                # Every queue is paused or in its own claim, which looks at the database itself
+                # (a claim that was under way when a look was asked for is looked after it ends).
+                await self._rest()
                 continue
             try:
                 async with runtime.pool.connection() as conn:
                     cursor = await conn.execute(statements["find_ready_queues"], self.params(list(seen)))
                     ready = {row[0] for row in await cursor.fetchall()}
             except TRANSIENT_ERRORS as exc:
+                # Again after the interval, or once the listener reconnects (the database is back).
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
-                await stop.sleep(runtime.config.poll_interval)
+                await self._rest()
                 continue
+            self._settle_owed(seen)
             for name, nudges in seen.items():
                 runners.backlog_verdict(name, name in ready, nudges)
             runners.wake_waiting()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.now.wait(), runtime.config.poll_interval)
-            self.now.clear()
+            await self._rest()
 
 
 class Listener:

@@ -85,6 +85,7 @@ class QueueRunner:
         self._hungry = False
         self._nudges = 0  # counts nudges, so a verdict taken before one does not overrule it
         self._polling = False
+        self._claims_begun = 0  # own polls begun (the backlog probe's owed looks, listener.py)
         self._claimed = 0
         # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
         self._lanes = LaneCursors()
@@ -111,6 +112,16 @@ class QueueRunner:
     @property
     def hungry(self) -> bool:
         return self._hungry
+
+    @property
+    def polling(self) -> bool:
+        """Its own claim is under way (the probe passes over it: the claim looks itself)."""
+        return self._polling
+
+    @property
+    def claims_begun(self) -> int:
+        """How many claims of its own (polls) it has begun."""
+        return self._claims_begun
 
     @property
     def claiming(self) -> bool:
@@ -202,7 +213,8 @@ class QueueRunner:
 
     def backlog_verdict(self, ready: bool, seen: int) -> None:
         """The backlog probe's answer for this queue, asked when its nudge count was ``seen``:
-        wake it if it has due jobs and sleeps; if it has none but believes it has, it ran dry
+        wake it if it has due jobs and sleeps, or if a hand-over claim of it is out (that claim may
+        have begun before the jobs were committed); if it has none but believes it has, it ran dry
         (another worker took the jobs a NOTIFY announced), unless it holds permits (its jobs'
         hand-over will tell)."""
         if self._polling or self._nudges != seen:
@@ -210,6 +222,10 @@ class QueueRunner:
         if ready:
             if not self._hungry:
                 logger.debug("backlog probe wakes queue=%s", self.name)
+                self.nudge()
+            elif self._hand_overs_out:
+                # A hand-over claim out may have begun before these jobs were committed: nudged,
+                # the queue does not take that claim's short answer for running dry.
                 self.nudge()
         elif (
             self._hungry
@@ -415,6 +431,7 @@ class QueueRunner:
             if not self._keys_looked:
                 await self._look_for_keys()
         self._polling = True
+        self._claims_begun += 1
         try:
             return await self._poll()
         finally:
@@ -722,6 +739,19 @@ class Runners(Mapping[str, QueueRunner]):
     def claiming(self, queue: str) -> bool:
         runner = self._runners.get(queue)
         return runner.claiming if runner is not None else False
+
+    def claims_under_way(self) -> dict[str, int]:
+        """{queue: ``claims_begun``} of the queues (not paused) whose own claim is under way."""
+        return {
+            name: runner.claims_begun
+            for name, runner in self._runners.items()
+            if runner.polling and not runner.config.paused
+        }
+
+    def claims_begun(self, queue: str) -> int | None:
+        """How many claims of its own the queue has begun; None if it is paused or not served."""
+        runner = self._runners.get(queue)
+        return None if runner is None or runner.config.paused else runner.claims_begun
 
     def probe_candidates(self) -> dict[str, int]:
         """{queue: nudge count} of the queues the backlog probe should look at now."""
