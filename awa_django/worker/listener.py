@@ -55,44 +55,62 @@ def listen_check_interval(config: WorkerConfig) -> float:
 class BacklogProbe:
     """The backstop to NOTIFY, one query per poll interval for every queue together."""
 
-    # How often to look again while a look is owed to a queue still in the claim it was in when
-    # the look was asked for (a claim takes milliseconds).
+    # How often to check, while a look is owed to a queue still in the poll it was in when the
+    # look was asked for, whether that poll has ended (a claim takes milliseconds).
     OWED_RECHECK = 0.005  # seconds
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.now = asyncio.Event()  # set: probe at once instead of at the end of the interval
-        # Queues whose own claim was under way when a look was asked for: {queue: its claims begun
-        # then}. Such a claim may have begun before the jobs nobody announced were committed, so it
-        # does not answer the request; the probe looks at the queue once that claim ends, unless a
-        # claim of its own began since.
+        # Queues whose own poll was under way when a look was asked for: {queue: its looks begun
+        # then}. That poll's claim may have begun before the jobs nobody announced were committed,
+        # so it does not answer the request; the probe looks at the queue once the poll ends, unless
+        # a look of its own (a claim; an arrival read or a sweep, keyed) began since.
         self._owed: dict[str, int] = {}
 
     def look_now(self) -> None:
         """Look at every queue at once (the listener may have missed NOTIFYs)."""
-        self._owed.update(self.runtime.runners.claims_under_way())
+        self._owed.update(self.runtime.runners.polls_under_way())
         self.now.set()
 
     def _settle_owed(self, looked: Iterable[str] = ()) -> None:
-        """Drop the owed looks taken (``looked``), or answered by a claim begun since the request,
-        or no longer wanted (the queue paused, or no longer served)."""
+        """Drop the owed looks taken (``looked``), or answered by a look of the queue's own begun
+        since the request, or no longer wanted (the queue paused, or no longer served)."""
         runners = self.runtime.runners
         for name in looked:
             self._owed.pop(name, None)
-        self._owed = {name: begun for name, begun in self._owed.items() if runners.claims_begun(name) == begun}
+        self._owed = {name: begun for name, begun in self._owed.items() if runners.looks_begun(name) == begun}
 
-    async def _rest(self) -> None:
+    async def _rest(self, *, failed: bool = False) -> None:
         """Until the next look: the poll interval, or sooner when asked to look now (at once if
-        that was asked while the last look ran), or when a look owed to a queue may be due."""
+        that was asked while the last look ran), or when a queue owed a look ends its poll. After
+        a failed look, only the interval or a request (the listener back) ends it."""
         runtime = self.runtime
-        interval = self.OWED_RECHECK if self._owed else runtime.config.poll_interval
-        waits = [asyncio.ensure_future(self.now.wait()), asyncio.ensure_future(runtime.stop.sleep(interval))]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + runtime.config.poll_interval
+        while not runtime.stop.stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            owed = bool(self._owed) and not failed
+            await self._wait_for_request(min(remaining, self.OWED_RECHECK) if owed else remaining)
+            if self.now.is_set():
+                break
+            if owed:
+                self._settle_owed()
+                under_way = self.runtime.runners.polls_under_way()
+                if any(name not in under_way for name in self._owed):
+                    break  # a poll it was owed for ended: look at its queue now
+        self.now.clear()
+
+    async def _wait_for_request(self, seconds: float) -> None:
+        """Until asked to look now, or ``seconds``, or the worker stopping."""
+        waits = [asyncio.ensure_future(self.now.wait()), asyncio.ensure_future(self.runtime.stop.sleep(seconds))]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiting in waits:
                 waiting.cancel()
-        self.now.clear()
 
     def params(self, queues: list[str]) -> dict[str, list[Any]]:
         """find_ready_queues' parameters: every lane of each queue, from its runner's cursor
@@ -129,7 +147,7 @@ class BacklogProbe:
             except TRANSIENT_ERRORS as exc:
                 # Again after the interval, or once the listener reconnects (the database is back).
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
-                await self._rest()
+                await self._rest(failed=True)
                 continue
             self._settle_owed(seen)
             for name, nudges in seen.items():

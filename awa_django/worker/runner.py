@@ -85,7 +85,9 @@ class QueueRunner:
         self._hungry = False
         self._nudges = 0  # counts nudges, so a verdict taken before one does not overrule it
         self._polling = False
-        self._claims_begun = 0  # own polls begun (the backlog probe's owed looks, listener.py)
+        # Looks at the queue's due jobs begun (claims; arrival reads and sweeps, keyed): a look begun
+        # after a request to look now answers it (the backlog probe's owed looks, listener.py).
+        self._looks_begun = 0
         self._claimed = 0
         # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
         self._lanes = LaneCursors()
@@ -119,9 +121,9 @@ class QueueRunner:
         return self._polling
 
     @property
-    def claims_begun(self) -> int:
-        """How many claims of its own (polls) it has begun."""
-        return self._claims_begun
+    def looks_begun(self) -> int:
+        """How many looks at its queue's due jobs it has begun (claims; arrival reads and sweeps)."""
+        return self._looks_begun
 
     @property
     def claiming(self) -> bool:
@@ -431,7 +433,6 @@ class QueueRunner:
             if not self._keys_looked:
                 await self._look_for_keys()
         self._polling = True
-        self._claims_begun += 1
         try:
             return await self._poll()
         finally:
@@ -499,14 +500,18 @@ class QueueRunner:
         its next sweep."""
         pool = self._runners.pool
         if not keyed.started:
+            self._looks_begun += 1
             await keyed.start(pool, self._lanes)
             self._hungry = True
-        elif keyed.sweep_due(time.monotonic()) and await keyed.sweep(pool):
-            self._hungry = True
+        elif keyed.sweep_due(time.monotonic()):
+            self._looks_begun += 1
+            if await keyed.sweep(pool):
+                self._hungry = True
         if not self._hungry:
             return keyed.sweep_in(time.monotonic())
         seen = self._nudges
         if keyed.arrivals_pending:
+            self._looks_begun += 1
             await keyed.read_arrivals(pool, self._lanes)
             if self._nudges != seen:
                 keyed.arrivals_announced()  # during the read, perhaps after its snapshot: read again
@@ -587,6 +592,7 @@ class QueueRunner:
 
     async def _claim(self, limit: int) -> tuple[list[ClaimedJob], bool | None]:
         """Up to ``limit`` jobs, and whether a due job was left past them (``ClaimRows.more``)."""
+        self._looks_begun += 1
         params = self._claim_params(limit)
         rows = ClaimRows()
         try:
@@ -740,18 +746,18 @@ class Runners(Mapping[str, QueueRunner]):
         runner = self._runners.get(queue)
         return runner.claiming if runner is not None else False
 
-    def claims_under_way(self) -> dict[str, int]:
-        """{queue: ``claims_begun``} of the queues (not paused) whose own claim is under way."""
+    def polls_under_way(self) -> dict[str, int]:
+        """{queue: ``looks_begun``} of the queues (not paused) whose own poll is under way."""
         return {
-            name: runner.claims_begun
+            name: runner.looks_begun
             for name, runner in self._runners.items()
             if runner.polling and not runner.config.paused
         }
 
-    def claims_begun(self, queue: str) -> int | None:
-        """How many claims of its own the queue has begun; None if it is paused or not served."""
+    def looks_begun(self, queue: str) -> int | None:
+        """How many looks at its due jobs the queue has begun; None if it is paused or not served."""
         runner = self._runners.get(queue)
-        return None if runner is None or runner.config.paused else runner.claims_begun
+        return None if runner is None or runner.config.paused else runner.looks_begun
 
     def probe_candidates(self) -> dict[str, int]:
         """{queue: nudge count} of the queues the backlog probe should look at now."""

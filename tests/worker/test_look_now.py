@@ -4,12 +4,13 @@ The listener asks the backlog probe to look at every queue when it (re)connects:
 been missed meanwhile. The probe passes over a queue whose own claim is under way, since that claim
 looks at the database itself; but a claim that began before the unannounced jobs were committed
 comes back without them, and the queue then believed it had run dry. Nothing looked again until the
-poll interval. Now the probe owes such a queue a look, taken once its claim ends (a claim of its
-own begun after the request answers it too).
+poll interval. Now the probe owes such a queue a look, taken once its poll ends (a claim of its
+own begun after the request answers it too; a poll that claims nothing does not). Also here: a
+hand-over claim out when the probe sees due jobs, and a failed probe query; and the owed looks'
+bookkeeping as a property over any order of events.
 
-LISTEN off and a 60 s poll interval here, so that only the request can start the job within the
-test's wait: the test holds the runner's claim after its statement ran (empty), commits a job,
-asks for a look, and lets the claim go.
+LISTEN off and a 60 s poll interval in the worker tests, so that only the look asked for can
+start the job within the test's wait.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
-from awa_django.worker import JobContext, QueueConfig
+from awa_django.worker import JobContext, QueueConfig, Worker, WorkerConfig
 from awa_django.worker.context import ClaimedJob
 from awa_django.worker.listener import BacklogProbe
 from tests.harness import make_config, running_worker, wait_until
@@ -34,27 +35,51 @@ from tests.worker.support import Gates, gated_registry
 QUEUE = "looknow"
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("global_max", [None, 4], ids=["hard_reserved", "weighted"])
-def test_look_now_while_the_queue_claims__it_looks_again_after_its_claim(global_max: int | None) -> None:
-    started: list[int] = []
+def noting_registry(started: list[int]) -> Registry:
+    """One kind, ``note`` (in QUEUE), that notes its job's id in ``started``."""
 
     async def note(context: JobContext) -> None:
         started.append(context.job.id)
 
     registry = Registry()
     registry.register(JobHandler("note", note, queue=QUEUE, takes_context=True))
-    config = make_config(
-        {QUEUE: QueueConfig(QUEUE, max_workers=2)},
+    return registry
+
+
+def quiet_config(max_workers: int = 2, global_max: int | None = None) -> WorkerConfig:
+    """LISTEN off, a 60 s poll interval and reload tick: within a test's wait, only a look asked
+    for can find a job nobody announced."""
+    return make_config(
+        {QUEUE: QueueConfig(QUEUE, max_workers=max_workers)},
         global_max_workers=global_max,
         poll_interval=60.0,
         reconfigure_interval=60.0,
         listen=False,
     )
-    with running_worker(config, registry=registry) as worker:
+
+
+def ask_for_a_look(worker: Worker) -> None:
+    """``probe.look_now()`` on the worker's loop, as the listener calls it when it (re)connects;
+    returns once it has run."""
+    loop, asked = worker.loop, threading.Event()
+    assert loop is not None
+
+    def look_now() -> None:
+        worker.probe.look_now()
+        asked.set()
+
+    loop.call_soon_threadsafe(look_now)
+    wait_until(asked.is_set, what="the look-now request was made")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("global_max", [None, 4], ids=["hard_reserved", "weighted"])
+def test_look_now_while_the_queue_claims__it_looks_again_after_its_claim(global_max: int | None) -> None:
+    started: list[int] = []
+    with running_worker(quiet_config(global_max=global_max), registry=noting_registry(started)) as worker:
         loop, runner = worker.loop, worker.runners[QUEUE]
         assert loop is not None
-        claimed, let_go, asked = threading.Event(), threading.Event(), threading.Event()
+        claimed, let_go = threading.Event(), threading.Event()
         claim = runner._claim
 
         async def held_claim(limit: int) -> tuple[list[ClaimedJob], bool | None]:
@@ -70,13 +95,7 @@ def test_look_now_while_the_queue_claims__it_looks_again_after_its_claim(global_
         wait_until(claimed.is_set, what="the runner's claim ran")
         # Committed after the claim's statement: with LISTEN off nobody announces it.
         job = Job.objects.enqueue("note", queue=QUEUE)
-
-        def look_now() -> None:
-            worker.probe.look_now()
-            asked.set()
-
-        loop.call_soon_threadsafe(look_now)
-        wait_until(asked.is_set, what="the look-now request was made")
+        ask_for_a_look(worker)
         let_go.set()
         wait_until(lambda: started == [job.pk], what="the job committed during the claim started")
 
@@ -86,19 +105,10 @@ def test_a_failed_probe__looks_again_when_asked_not_a_poll_interval_later() -> N
     """The probe's query failed (the database went away): once the listener is back and asks for a
     look, the probe looks then, not after the rest of its poll interval."""
     started: list[int] = []
-
-    async def note(context: JobContext) -> None:
-        started.append(context.job.id)
-
-    registry = Registry()
-    registry.register(JobHandler("note", note, queue=QUEUE, takes_context=True))
-    config = make_config(
-        {QUEUE: QueueConfig(QUEUE, max_workers=2)}, poll_interval=60.0, reconfigure_interval=60.0, listen=False
-    )
-    with running_worker(config, registry=registry) as worker:
+    with running_worker(quiet_config(), registry=noting_registry(started)) as worker:
         loop, probe = worker.loop, worker.probe
         assert loop is not None
-        failed, asked = threading.Event(), threading.Event()
+        failed = threading.Event()
         params = probe.params
 
         def failing_params(queues: list[str]) -> dict[str, list[object]]:
@@ -111,13 +121,7 @@ def test_a_failed_probe__looks_again_when_asked_not_a_poll_interval_later() -> N
         job = Job.objects.enqueue("note", queue=QUEUE)  # with LISTEN off, only the probe finds it
         loop.call_soon_threadsafe(probe.look_now)
         wait_until(failed.is_set, what="the probe's query failed")
-
-        def look_now() -> None:
-            probe.look_now()
-            asked.set()
-
-        loop.call_soon_threadsafe(look_now)  # what the listener does once it has reconnected
-        wait_until(asked.is_set, what="the look-now request was made")
+        ask_for_a_look(worker)  # what the listener does once it has reconnected
         wait_until(lambda: started == [job.pk], what="the job found by the look after the failure started")
 
 
@@ -130,10 +134,7 @@ def test_backlog_seen_while_a_hand_over_claims__the_queue_looks_again_after_it()
     registry = gated_registry(gates, started, QUEUE)
     first = Job.objects.enqueue("gated", queue=QUEUE).pk
     second = Job.objects.enqueue("gated", queue=QUEUE).pk
-    config = make_config(
-        {QUEUE: QueueConfig(QUEUE, max_workers=1)}, poll_interval=60.0, reconfigure_interval=60.0, listen=False
-    )
-    with running_worker(config, registry=registry) as worker:
+    with running_worker(quiet_config(max_workers=1), registry=registry) as worker:
         loop, runners = worker.loop, worker.runners
         assert loop is not None
         wait_until(lambda: started == [first], what="the first job started")
@@ -163,7 +164,7 @@ def test_backlog_seen_while_a_hand_over_claims__the_queue_looks_again_after_it()
         gates.open(first)
         wait_until(handed.is_set, what="the hand-over claim came back empty")
         third = Job.objects.enqueue("gated", queue=QUEUE).pk  # LISTEN off: nobody announces it
-        loop.call_soon_threadsafe(worker.probe.look_now)
+        ask_for_a_look(worker)
         wait_until(judged.is_set, what="the probe saw the third job")
         let_go.set()
         wait_until(lambda: started == [first, third], what="the third job started")
@@ -176,18 +177,18 @@ QUEUES = ("q0", "q1", "q2")
 
 
 class _Runners:
-    """What the probe's owed looks read of the runners: which own claims are under way, and how
-    many each queue has begun."""
+    """What the probe's owed looks read of the runners: whose own poll is under way, and how many
+    looks at its due jobs (claims, arrival reads, sweeps) each queue has begun."""
 
     def __init__(self) -> None:
         self.polling = dict.fromkeys(QUEUES, False)
         self.begun = dict.fromkeys(QUEUES, 0)
         self.paused: set[str] = set()
 
-    def claims_under_way(self) -> dict[str, int]:
+    def polls_under_way(self) -> dict[str, int]:
         return {q: self.begun[q] for q in QUEUES if self.polling[q] and q not in self.paused}
 
-    def claims_begun(self, queue: str) -> int | None:
+    def looks_begun(self, queue: str) -> int | None:
         return None if queue in self.paused else self.begun[queue]
 
     def candidates(self) -> list[str]:
@@ -195,20 +196,21 @@ class _Runners:
 
 
 EVENTS = st.one_of(
-    st.tuples(st.sampled_from(["begin", "end", "pause", "unpause"]), st.sampled_from(QUEUES)),
+    st.tuples(st.sampled_from(["poll", "look", "end", "pause", "unpause"]), st.sampled_from(QUEUES)),
     st.tuples(st.sampled_from(["request", "probe"]), st.none()),
 )
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(EVENTS, max_size=40))
-def test_owed_looks__a_claim_under_way_at_a_request_is_looked_after__whatever_the_order(
+def test_owed_looks__a_poll_under_way_at_a_request_is_looked_after__whatever_the_order(
     events: list[tuple[str, str | None]],
 ) -> None:
-    """After a request to look now, every queue whose own claim was under way then gets a look
-    that began after the request: a probe query that covers it, or a claim of its own begun later
-    (or it is paused, and wants none). Until it has one, the probe owes it the look; once every
-    claim ends, one probe pass pays every debt and leaves none."""
+    """After a request to look now, every queue whose own poll was under way then gets a look that
+    began after the request: a probe query that covers it, or a look of its own (a claim) begun
+    later; or it is paused, and wants none. A poll may look several times, or not at all (not
+    hungry, no permit). Until the queue has its look, the probe owes it; once every poll ends, one
+    probe pass pays every debt and leaves none."""
     runners = _Runners()
     probe = BacklogProbe(SimpleNamespace(runners=runners))  # type: ignore[arg-type]
     waiting: set[str] = set()  # queues owed a look, by the rule above (the test's own account)
@@ -220,10 +222,11 @@ def test_owed_looks__a_claim_under_way_at_a_request_is_looked_after__whatever_th
         probe._settle_owed(looked)
 
     for event, queue in events:
-        if event == "begin" and queue is not None and not runners.polling[queue]:
+        if event == "poll" and queue is not None:
             runners.polling[queue] = True
+        elif event == "look" and queue is not None and runners.polling[queue]:
             runners.begun[queue] += 1
-            waiting.discard(queue)  # this claim began after every request so far
+            waiting.discard(queue)  # this look began after every request so far
         elif event == "end" and queue is not None:
             runners.polling[queue] = False
         elif event == "pause" and queue is not None:
@@ -232,7 +235,7 @@ def test_owed_looks__a_claim_under_way_at_a_request_is_looked_after__whatever_th
         elif event == "unpause" and queue is not None:
             runners.paused.discard(queue)
         elif event == "request":
-            waiting.update(runners.claims_under_way())
+            waiting.update(runners.polls_under_way())
             probe.look_now()
         elif event == "probe":
             probe_pass()
