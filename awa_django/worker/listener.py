@@ -98,8 +98,8 @@ class BacklogProbe:
                 break
             if owed:
                 self._settle_owed()
-                under_way = self.runtime.runners.polls_under_way()
-                if any(name not in under_way for name in self._owed):
+                runners = self.runtime.runners
+                if not all(runners.poll_under_way(name) for name in self._owed):
                     break  # a poll it was owed for ended: look at its queue now
         self.now.clear()
 

@@ -117,7 +117,7 @@ class QueueRunner:
 
     @property
     def polling(self) -> bool:
-        """Its own claim is under way (the probe passes over it: the claim looks itself)."""
+        """Its own poll is under way (the probe passes over it: the poll's claim looks itself)."""
         return self._polling
 
     @property
@@ -753,6 +753,11 @@ class Runners(Mapping[str, QueueRunner]):
             for name, runner in self._runners.items()
             if runner.polling and not runner.config.paused
         }
+
+    def poll_under_way(self, queue: str) -> bool:
+        """Whether the queue's own poll is under way."""
+        runner = self._runners.get(queue)
+        return runner is not None and runner.polling
 
     def looks_begun(self, queue: str) -> int | None:
         """How many looks at its due jobs the queue has begun; None if it is paused or not served."""

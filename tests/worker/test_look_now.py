@@ -188,6 +188,9 @@ class _Runners:
     def polls_under_way(self) -> dict[str, int]:
         return {q: self.begun[q] for q in QUEUES if self.polling[q] and q not in self.paused}
 
+    def poll_under_way(self, queue: str) -> bool:
+        return self.polling[queue]
+
     def looks_begun(self, queue: str) -> int | None:
         return None if queue in self.paused else self.begun[queue]
 
