@@ -37,12 +37,12 @@ class ClaimedJob:
     workflow_id: int | None = None  # the workflow the job is a step of (its log lines name it)
 
 
-class _Described(Protocol):
+class _WithResult(Protocol):
     @property
     def pgresult(self) -> PGresult | None: ...
 
 
-def column_names(cursor: _Described) -> list[str]:
+def column_names(cursor: _WithResult) -> list[str]:
     """The names of the current result's columns. Read from the result itself: a row factory runs
     once per claim, and ``cursor.description`` builds a ``Column`` object per column each time it
     is read (about ten times the cost, for names only)."""
@@ -52,7 +52,7 @@ def column_names(cursor: _Described) -> list[str]:
     return [(result.fname(i) or b"").decode() for i in range(result.nfields)]
 
 
-def claimed_job_row(cursor: _Described) -> Callable[[Sequence[Any]], ClaimedJob]:
+def claimed_job_row(cursor: _WithResult) -> Callable[[Sequence[Any]], ClaimedJob]:
     """A psycopg row factory for claim_jobs: each row decoded into a ``ClaimedJob`` by column name.
 
     Like ``psycopg.rows.class_row(ClaimedJob)``, but the columns are matched to the fields once
@@ -87,7 +87,7 @@ class ClaimRows:
     def __init__(self) -> None:
         self.more: bool | None = None
 
-    def __call__(self, cursor: _Described) -> Callable[[Sequence[Any]], ClaimedJob]:
+    def __call__(self, cursor: _WithResult) -> Callable[[Sequence[Any]], ClaimedJob]:
         names = column_names(cursor)
         make = _claimed_job_maker(names)
         if "more" not in names:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container
 from typing import Any
 
 import psycopg
@@ -73,13 +73,15 @@ class BacklogProbe:
         self._owed.update(self.runtime.runners.polls_under_way())
         self.now.set()
 
-    def _settle_owed(self, looked: Iterable[str] = ()) -> None:
+    def _settle_owed(self, looked: Container[str] = ()) -> None:
         """Drop the owed looks taken (``looked``), or answered by a look of the queue's own begun
         since the request, or no longer wanted (the queue paused, or no longer served)."""
         runners = self.runtime.runners
-        for name in looked:
-            self._owed.pop(name, None)
-        self._owed = {name: begun for name, begun in self._owed.items() if runners.looks_begun(name) == begun}
+        self._owed = {
+            name: begun
+            for name, begun in self._owed.items()
+            if name not in looked and runners.looks_begun(name) == begun
+        }
 
     async def _rest(self, *, failed: bool = False) -> None:
         """Until the next look: the poll interval, or sooner when asked to look now (at once if
@@ -98,8 +100,7 @@ class BacklogProbe:
                 break
             if owed:
                 self._settle_owed()
-                runners = self.runtime.runners
-                if not all(runners.poll_under_way(name) for name in self._owed):
+                if not all(runtime.runners.poll_under_way(name) for name in self._owed):
                     break  # a poll it was owed for ended: look at its queue now
         self.now.clear()
 

@@ -222,12 +222,10 @@ class QueueRunner:
         if self._polling or self._nudges != seen:
             return  # it looked, or was told of new jobs, after the query: it knows better
         if ready:
-            if not self._hungry:
+            # Asleep: wake it. A hand-over claim out may have begun before these jobs were
+            # committed: nudged, the queue does not take that claim's short answer for running dry.
+            if not self._hungry or self._hand_overs_out:
                 logger.debug("backlog probe wakes queue=%s", self.name)
-                self.nudge()
-            elif self._hand_overs_out:
-                # A hand-over claim out may have begun before these jobs were committed: nudged,
-                # the queue does not take that claim's short answer for running dry.
                 self.nudge()
         elif (
             self._hungry

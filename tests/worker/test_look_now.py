@@ -106,9 +106,7 @@ def test_a_failed_probe__looks_again_when_asked_not_a_poll_interval_later() -> N
     look, the probe looks then, not after the rest of its poll interval."""
     started: list[int] = []
     with running_worker(quiet_config(), registry=noting_registry(started)) as worker:
-        loop, probe = worker.loop, worker.probe
-        assert loop is not None
-        failed = threading.Event()
+        probe, failed = worker.probe, threading.Event()
         params = probe.params
 
         def failing_params(queues: list[str]) -> dict[str, list[object]]:
@@ -119,7 +117,7 @@ def test_a_failed_probe__looks_again_when_asked_not_a_poll_interval_later() -> N
 
         probe.params = failing_params  # type: ignore[method-assign]
         job = Job.objects.enqueue("note", queue=QUEUE)  # with LISTEN off, only the probe finds it
-        loop.call_soon_threadsafe(probe.look_now)
+        ask_for_a_look(worker)
         wait_until(failed.is_set, what="the probe's query failed")
         ask_for_a_look(worker)  # what the listener does once it has reconnected
         wait_until(lambda: started == [job.pk], what="the job found by the look after the failure started")
