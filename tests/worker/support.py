@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import threading
@@ -60,41 +59,10 @@ class Spawner:
         return worker
 
     def reap(self) -> None:
-        """Kill every worker still running, with its ``--processes`` children, and wait until no
-        worker session is left on the test database. A child outlives a killed parent (it gets
-        SIGTERM and may finish its jobs for the stop timeout), and its writes then deadlocked with
-        the test database's flush (a CI run's teardown error)."""
         for worker in self.started:
             if worker.process.poll() is None:
-                for pid in (*children_of(worker.process.pid), worker.process.pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                worker.process.kill()
             worker.process.wait(30)
-        if self.started:
-            wait_until(lambda: not worker_sessions(), 30, 0.05, "no worker session left on the test database")
-
-
-def children_of(pid: int) -> list[int]:
-    """The pids of the live processes whose parent is ``pid`` (from /proc)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":  # fields: state, ppid, ...
-                children.append(int(entry.name))
-    return children
-
-
-def worker_sessions() -> list[int]:
-    """Backend pids of worker sessions (application_name awa_worker...) on the test database."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE 'awa_worker%%' AND pid <> pg_backend_pid()"
-        )
-        return [row[0] for row in cursor.fetchall()]
 
 
 class Gates:
