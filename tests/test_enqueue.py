@@ -160,7 +160,7 @@ async def test_aenqueue_many__inserts_every_spec(close_async_connections: None) 
 
 @pytest.mark.django_db
 def test_job_handler_enqueue__uses_the_handlers_kind_and_defaults() -> None:
-    job = handler("fail").enqueue({"message": "boom"})
+    job = handler("fail").enqueue(message="boom")
 
     stored = Job.objects.get(pk=job.pk)
     assert (stored.kind, stored.args, stored.queue, stored.max_attempts, stored.priority) == (
@@ -174,7 +174,7 @@ def test_job_handler_enqueue__uses_the_handlers_kind_and_defaults() -> None:
 
 @pytest.mark.django_db
 def test_job_handler_enqueue__options_override_the_handlers_defaults() -> None:
-    job = handler("sleep").enqueue({"seconds": 0.5}, queue="slow", priority=4, max_attempts=7)
+    job = handler("sleep").using(queue="slow", priority=4, max_attempts=7).enqueue(seconds=0.5)
 
     stored = Job.objects.get(pk=job.pk)
     assert (stored.kind, stored.args, stored.queue, stored.priority, stored.max_attempts) == (
@@ -196,7 +196,7 @@ def test_job_handler_enqueue__future_run_at_is_scheduled() -> None:
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_job_handler_aenqueue__inserts_job(close_async_connections: None) -> None:
-    job = await handler("fail").aenqueue({"message": "later"})
+    job = await handler("fail").aenqueue(message="later")
 
     stored = await Job.objects.aget(pk=job.pk)
     assert (stored.kind, stored.max_attempts) == ("fail", 3)

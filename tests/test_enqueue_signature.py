@@ -3,7 +3,6 @@ the handler's ``.enqueue(**args)`` / ``.using(...)`` convention; the deprecated 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -219,8 +218,7 @@ def test_handler_enqueue__dict_form__still_works_with_a_deprecation_warning(hand
 
 @pytest.mark.django_db
 def test_handler_enqueue__dict_form__checked_against_the_signature_too(handler: JobHandler) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with pytest.warns(DeprecationWarning, match=r"enqueue\(dict, \*\*options\) is deprecated"):
         with pytest.raises(InvalidJobError) as raised:
             handler.enqueue({"uid": 5})
 

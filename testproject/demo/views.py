@@ -17,5 +17,5 @@ def signup(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"error": "email is required"}, status=400)
     with transaction.atomic():  # the user and the job commit together, or neither does
         user = get_user_model().objects.create_user(username=email, email=email)
-        send_welcome.enqueue({"user_id": user.pk})
+        send_welcome.enqueue(user_id=user.pk)
     return JsonResponse({"user_id": user.pk}, status=201)

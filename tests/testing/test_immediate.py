@@ -67,7 +67,7 @@ def test_immediate__a_rolled_back_savepoint_runs_nothing_of_it(immediate):
 
 
 def test_immediate__outside_a_transaction_it_runs_at_once(immediate):
-    job = jobs.add_async.enqueue({"a": 20, "b": 22})  # an async handler
+    job = jobs.add_async.enqueue(a=20, b=22)  # an async handler
     assert state(job) == ("completed", 1)
     assert job.result == 42
 
@@ -102,7 +102,7 @@ def test_immediate__an_async_task_runs(immediate):
 
 def test_immediate__a_failure_is_written_and_left_for_a_worker(immediate, caplog):
     with caplog.at_level(logging.WARNING, logger="awa_django.inline"):
-        job = jobs.boom.enqueue({"message": "smtp down"})
+        job = jobs.boom.enqueue(message="smtp down")
     assert state(job) == ("retryable", 1)  # not retried here: no sleeping through the backoff
     assert job.errors[0]["error"] == "tests.testing.jobs.BoomError: smtp down"
     assert job.run_at > timezone.now()

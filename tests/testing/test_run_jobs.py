@@ -26,7 +26,7 @@ def row(job: Job) -> Job:
 
 def test_run_jobs__sync_and_async_handlers_complete_with_their_results(awa):
     sync_job = Job.objects.enqueue("testing.add", {"a": 2, "b": 3})
-    async_job = jobs.add_async.enqueue({"a": 4, "b": 5})
+    async_job = jobs.add_async.enqueue(a=4, b=5)
 
     report = awa.run_jobs()
 
@@ -77,7 +77,7 @@ def test_run_jobs__a_retry_is_reported_and_waits_for_its_backoff():
 
 
 def test_run_jobs__later_now_runs_every_retry_until_attempts_are_exhausted():
-    job = jobs.boom.enqueue({"message": "always"})
+    job = jobs.boom.enqueue(message="always")
 
     report = run_jobs(now=timezone.now() + LATER, raise_on_failure=False)
 
