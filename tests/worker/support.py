@@ -49,12 +49,16 @@ class SpawnedWorker:
 
 @dataclass
 class Spawner:
+    """Starts ``manage.py awa_worker`` subprocesses, on the test database or, given ``env`` (such as
+    a tests/privateserver.py server's ``env()``), wherever that environment points."""
+
     tmp_path: Path
     started: list[SpawnedWorker] = field(default_factory=list)
+    env: dict[str, str] | None = None
 
     def __call__(self, *args: str, name: str = "worker") -> SpawnedWorker:
         log_path = self.tmp_path / f"{name}-{len(self.started)}.log"
-        worker = SpawnedWorker(spawn_worker(*args, log=log_path), log_path)
+        worker = SpawnedWorker(spawn_worker(*args, env=self.env, log=log_path), log_path)
         self.started.append(worker)
         return worker
 

@@ -1,114 +1,39 @@
 """A worker started while its database is unreachable waits for it (issue 12, item 4).
 
 In an orchestrated deployment the worker's container and Postgres start together. The end-to-end
-test builds a second, private PostgreSQL server (initdb from the embedded server's binaries, a
-free TCP port, migrated, one job enqueued), stops it, starts ``manage.py awa_worker`` pointed at
-it, starts the server only once the worker has logged that it has been waiting for at least
-5 seconds, and then watches the job complete. No mocks: a real server that is really down.
+test builds a second, private PostgreSQL server (tests/privateserver.py: initdb from the embedded
+server's binaries, a free TCP port; migrated, one job enqueued), stops it, starts
+``manage.py awa_worker`` pointed at it, starts the server only once the worker has logged that it
+has been waiting for at least 5 seconds, and then watches the job complete. No mocks: a real
+server that is really down.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from testproject import embedded
+from awa_django.states import JobState
 from tests.harness import ROOT, spawn_worker, wait_until
+from tests.privateserver import PrivateServer, free_port, private_server
 from tests.worker.support import SpawnedWorker
-
-
-def _pg_user() -> str:
-    # initdb and postgres refuse to run as root: run them as the embedded provider's system user.
-    return embedded.ensure_server_user() or getpass.getuser()
-
 
 WAITED = re.compile(r"database unavailable at startup, retrying in [0-9.]+s .*waited=([0-9.]+)s")
 
 
-def _bin(name: str) -> str:
-    return str(embedded.bin_dir() / name)
-
-
-def _as_pg_user(*command: str) -> None:
-    result = subprocess.run(  # the arguments are this test's own paths and numbers
-        ["su", _pg_user(), "-s", "/bin/sh", "-c", " ".join(f"'{c}'" for c in command)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class PrivateServer:
-    """A throwaway PostgreSQL cluster on 127.0.0.1:port, started and stopped by the test."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="awa-startup-"))
-        shutil.chown(self.dir, _pg_user(), _pg_user())
-        self.data = self.dir / "data"
-        self.port = _free_port()
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/awa_startup"
-        _as_pg_user(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -h 127.0.0.1 -k {self.dir} -c fsync=off"
-        _as_pg_user(_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"), "-o", options, "-w", "start")
-
-    def stop(self) -> None:
-        _as_pg_user(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-
-    def connect(self, dbname: str = "awa_startup") -> psycopg.Connection[Any]:
-        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True)
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "AWA_TEST_DB")}
-        env.update(DATABASE_URL=self.url, PYTHONUNBUFFERED="1")
-        return env
-
-    def remove(self) -> None:
-        subprocess.run(  # stop it if a failed test left it running; the code does not matter
-            ["su", _pg_user(), "-s", "/bin/sh", "-c", f"'{_bin('pg_ctl')}' -D '{self.data}' -m immediate stop"],
-            capture_output=True,
-            timeout=60,
-        )
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def server() -> Iterator[PrivateServer]:
-    private = PrivateServer()
-    try:
+    with private_server("awa_startup") as private:
         yield private
-    finally:
-        private.remove()
-
-
-def _manage(env: dict[str, str], *args: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _longest_wait(log: str) -> float:
@@ -118,10 +43,9 @@ def _longest_wait(log: str) -> float:
 @pytest.mark.subprocess
 def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: PrivateServer, tmp_path: Path) -> None:
     server.start()
-    with server.connect("postgres") as conn:
-        conn.execute("CREATE DATABASE awa_startup")
-    _manage(server.env(), "migrate", "-v", "0")
-    _manage(server.env(), "shell", "-c", "from awa_django.models import Job; Job.objects.enqueue('noop', queue='boot')")
+    server.create_database()
+    server.migrate()
+    server.manage("shell", "-c", "from awa_django.models import Job; Job.objects.enqueue('noop', queue='boot')")
     server.stop()
 
     log = tmp_path / "worker.log"
@@ -135,9 +59,7 @@ def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: P
         server.start()
 
         def completed() -> bool:
-            with server.connect() as conn:
-                row = conn.execute("SELECT state FROM awa_job WHERE kind = 'noop'").fetchone()
-            return row is not None and row[0] == "completed"
+            return server.rows("SELECT state FROM awa_job WHERE kind = 'noop'") == [(JobState.COMPLETED.value,)]
 
         wait_until(completed, timeout=60, what="the job to complete once Postgres is up")
         assert "database reachable database=default what=reading the Queue rows" in worker.log
@@ -151,7 +73,7 @@ def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: P
 
 @pytest.mark.subprocess
 def test_worker__unreachable_past_the_wait_exits_with_a_clear_error(tmp_path: Path) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     env = {k: v for k, v in os.environ.items() if k not in ("AWA_DB_NAME", "AWA_TEST_DB")}
     env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{port}/nowhere"
 
