@@ -8,7 +8,15 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, transaction
 
-from awa_django.conf import DEFAULTS, AwaSettings, build, find_problems, unknown_keys, user_settings
+from awa_django.conf import (
+    DEFAULTS,
+    AwaSettings,
+    awa_type_problem,
+    build,
+    find_problems,
+    unknown_keys,
+    user_settings,
+)
 
 
 def _current() -> AwaSettings | None:
@@ -60,6 +68,29 @@ def check_postgres(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return errors
 
 
+POSTGRES_APP = "django.contrib.postgres"
+
+
+@register(Tags.compatibility)  # reads settings only: runs with every `manage.py check`
+def check_postgres_app(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.E016: the Job model's ArrayField and GinIndex need ``django.contrib.postgres`` installed.
+
+    Django 6 refuses such a model without it (postgres.E005, at `migrate`); Django 5.2 says nothing,
+    so this check says it on every version, with the one line to add."""
+    from django.apps import apps
+
+    if apps.is_installed(POSTGRES_APP):
+        return []
+    return [
+        Error(
+            f"{POSTGRES_APP!r} is not in INSTALLED_APPS; awa_django's Job model uses its ArrayField and "
+            "GinIndex, which need it (Django 6 refuses to migrate without it: postgres.E005)",
+            hint=f'add it before awa_django: INSTALLED_APPS = [..., "{POSTGRES_APP}", "awa_django"]',
+            id="awa.E016",
+        )
+    ]
+
+
 ROUTER_PATH = "awa_django.routers.AwaRouter"
 
 
@@ -103,10 +134,13 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """awa.W001 unknown AWA keys; every rule of ``awa_django.conf`` (awa.E002-E004, E006-E008, E010,
-    E012-E015) as an Error; awa.W004, W005 the pooler settings."""
+    """awa.E017 an AWA that is not a dict; awa.W001 unknown AWA keys; every rule of ``awa_django.conf``
+    (awa.E002-E004, E006-E008, E010, E012-E015) as an Error; awa.W004, W005 the pooler settings."""
     user = user_settings()
     messages: list[CheckMessage] = []
+    wrong_type = awa_type_problem()
+    if wrong_type is not None:  # then ``user`` is empty: every other rule sees the defaults
+        messages.append(Error(wrong_type.message, hint=wrong_type.hint, id=wrong_type.id))
     for key in unknown_keys(user):
         messages.append(
             Warning(

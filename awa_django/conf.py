@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
@@ -266,10 +267,41 @@ def _flag(key: str, value: object) -> SettingProblem | None:
 
 
 def _metrics(key: str, value: object) -> SettingProblem | None:
-    if value is None or (isinstance(value, str) and value):
-        return None  # None reads as "none"; load_sink says what is wrong with an unknown name
-    message = f"AWA['METRICS'] is {value!r}; it must be 'none', 'prometheus', 'otel' or a dotted path"
-    return SettingProblem(key, value, "awa.E015", message, "remove it for the default ('none')")
+    if value is None:
+        return None  # reads as "none"
+    if not (isinstance(value, str) and value):
+        message = f"AWA['METRICS'] is {value!r}; it must be 'none', 'prometheus', 'otel' or a dotted path"
+        return SettingProblem(key, value, "awa.E015", message, "remove it for the default ('none')")
+    problem = _sink_problem(value)
+    if problem is None:
+        return None
+    message = f"AWA['METRICS'] is {value!r}, {problem}"
+    hint = (
+        "use 'none', 'prometheus' (awa-django[metrics]), 'otel' (awa-django[otel]) or the dotted path of "
+        "your MetricsSink subclass, e.g. 'myproject.metrics.StatsdSink'; remove it for the default ('none')"
+    )
+    return SettingProblem(key, value, "awa.E015", message, hint)
+
+
+def _sink_problem(name: str) -> str | None:
+    """What keeps ``name`` from naming a metrics sink, or None: a known sink name, or a dotted path
+    that imports to a MetricsSink subclass (imported here, as the worker will; a known sink's extra
+    package is the worker's to ask for, since a check may run where the extra is not installed)."""
+    from django.utils.module_loading import import_string
+
+    from awa_django.observability.sink import SINKS, MetricsSink
+
+    if name in SINKS:
+        return None
+    if "." not in name:
+        return f"which is neither a known sink ({', '.join(map(repr, SINKS))}) nor a dotted path"
+    try:
+        target = import_string(name)
+    except Exception as exc:  # ImportError, or whatever the module raises as it imports: say which
+        return f"a dotted path that cannot be imported ({type(exc).__name__}: {exc})"
+    if not (isinstance(target, type) and issubclass(target, MetricsSink)):
+        return f"a dotted path to {target!r}, which is not a MetricsSink subclass"
+    return None
 
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
@@ -518,8 +550,25 @@ def settings_table() -> list[tuple[str, str, str]]:
 
 
 def user_settings() -> dict[str, Any]:
-    """``settings.AWA`` as the project wrote it (an unset or empty AWA is ``{}``)."""
-    return dict(getattr(settings, "AWA", None) or {})
+    """``settings.AWA`` as the project wrote it (an unset or None AWA is ``{}``; so is an AWA that
+    is not a mapping, so that every check still runs: ``awa_type_problem`` reports it, awa.E017)."""
+    value = getattr(settings, "AWA", None)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def awa_type_problem() -> SettingProblem | None:
+    """awa.E017: ``settings.AWA`` is neither unset (or None) nor a dict of settings."""
+    value = getattr(settings, "AWA", None)
+    if value is None or isinstance(value, Mapping):
+        return None
+    shown = reprlib.repr(value)
+    return SettingProblem(
+        "AWA",
+        value,
+        "awa.E017",
+        f"settings.AWA is a {type(value).__name__} ({shown}); it must be a dict of awa_django settings",
+        'write it as a dict, e.g. AWA = {"GLOBAL_MAX_WORKERS": 40}, or remove it for the defaults',
+    )
 
 
 def unknown_keys(user: Mapping[str, Any] | None = None) -> list[str]:
@@ -564,6 +613,9 @@ def awa_settings() -> AwaSettings:
     current = _current
     if current is None:
         current, problems = build(user_settings())
+        wrong_type = awa_type_problem()
+        if wrong_type is not None:
+            problems = [wrong_type, *problems]
         if problems:
             raise InvalidSettingsError(problems)
         _current = current

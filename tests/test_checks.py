@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.core.checks import Error, Warning, run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from awa_django.checks import check_postgres, check_settings
+from awa_django.checks import check_postgres, check_postgres_app, check_settings
+from awa_django.conf import InvalidSettingsError, awa_settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
 
@@ -133,3 +137,50 @@ def test_check_settings__bad_sizes_and_retention_are_errors(key: str, value: obj
     assert len(messages) == 1
     assert repr(value) in messages[0].msg and key in messages[0].msg
     assert messages[0].hint
+
+
+def without_postgres_app() -> list[str]:
+    return [app for app in settings.INSTALLED_APPS if app != "django.contrib.postgres"]
+
+
+def test_check_postgres_app__installed_is_clean() -> None:
+    assert check_postgres_app() == []
+
+
+def test_check_postgres_app__missing_is_e016_naming_the_app_and_the_line_to_add() -> None:
+    with override_settings(INSTALLED_APPS=without_postgres_app()):
+        messages = check_postgres_app()
+        reported = [m for m in run_checks() if m.id == "awa.E016"]  # registered: `manage.py check` says it too
+
+    assert ids(messages) == ["awa.E016"]
+    (error,) = messages
+    assert isinstance(error, Error)
+    assert "'django.contrib.postgres' is not in INSTALLED_APPS" in error.msg
+    assert "ArrayField" in error.msg and "GinIndex" in error.msg
+    assert error.hint == 'add it before awa_django: INSTALLED_APPS = [..., "django.contrib.postgres", "awa_django"]'
+    assert ids(reported) == ["awa.E016"]
+
+
+@pytest.mark.parametrize("value", [["GLOBAL_MAX_WORKERS", 40], [("GLOBAL_MAX_WORKERS", 40)], (), "GLOBAL_MAX_WORKERS"])
+def test_check_settings__awa_not_a_dict_is_e017_naming_the_type(value: object) -> None:
+    """A list (even one of pairs, which dict() would take), a tuple or a string: not a dict."""
+    out = StringIO()
+    with override_settings(AWA=value):
+        messages = check_settings()
+        with pytest.raises(SystemCheckError) as caught:
+            call_command("check", stdout=out, stderr=out)
+        with pytest.raises(InvalidSettingsError) as raised:
+            awa_settings()
+
+    assert ids(messages) == ["awa.E017"]
+    assert f"settings.AWA is a {type(value).__name__} (" in messages[0].msg
+    assert "it must be a dict" in messages[0].msg
+    assert messages[0].hint is not None and "AWA = {" in messages[0].hint
+    assert "awa.E017" in str(caught.value) and f"settings.AWA is a {type(value).__name__}" in str(caught.value)
+    assert "[awa.E017]" in str(raised.value)
+
+
+@pytest.mark.parametrize("value", [None, {}])
+def test_check_settings__awa_none_or_empty_is_the_defaults(value: object) -> None:
+    with override_settings(AWA=value):
+        assert check_settings() == []

@@ -152,3 +152,29 @@ def test_is_seconds__one_rule_for_the_settings_and_the_commands_arguments(value:
         assert accepted(seconds_or_zero, repr(value)) == is_seconds(value, zero_ok=True)
     if is_seconds(value):
         assert math.isfinite(cast(float, value)) and cast(float, value) > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("statsd", "neither a known sink ('none', 'prometheus', 'otel') nor a dotted path"),
+        ("myproject.metrics.StatsdSink", "cannot be imported (ModuleNotFoundError"),
+        ("awa_django.observability.sink.NoSuchSink", "cannot be imported (ImportError"),
+        ("awa_django.observability.sink.OUTCOMES", "which is not a MetricsSink subclass"),
+    ],
+)
+def test_check_settings__metrics_that_names_no_sink_is_e015_at_check_time(value: str, why: str) -> None:
+    """The worker's load_sink would refuse these; `check` refuses them first, saying why."""
+    with override_settings(AWA={"METRICS": value}):
+        messages = check_settings()
+
+    assert [m.id for m in messages] == ["awa.E015"]
+    assert messages[0].msg.startswith(f"AWA['METRICS'] is {value!r}, ")
+    assert why in messages[0].msg
+    assert messages[0].hint is not None and "dotted path of your MetricsSink subclass" in messages[0].hint
+
+
+@pytest.mark.parametrize("value", ["none", "prometheus", "otel", "awa_django.observability.sink.NoopSink", None])
+def test_check_settings__metrics_known_names_and_sink_paths_pass(value: str | None) -> None:
+    with override_settings(AWA={"METRICS": value}):
+        assert check_settings() == []
