@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Max, Sum
+from django.db.models import Max, Min, Sum
 from django.utils import timezone
 
 from awa_django import defaults
@@ -33,7 +33,7 @@ class NameTotals:
     cancelled: int
     worst_wait_p95: float | None  # the highest minute's p95: a percentile of minutes cannot be merged
     worst_run_p95: float | None
-    minutes: int  # the window's length, for the rate
+    minutes: int  # from the name's first minute with a row in the window to now: the rate's span
 
     @property
     def finished(self) -> int:
@@ -47,6 +47,8 @@ class NameTotals:
 
     @property
     def per_minute(self) -> float:
+        """Finished jobs per minute over the minutes since the name's first in the window: a queue
+        that began an hour ago reads at its rate, not at that rate spread over the whole window."""
         return self.finished / self.minutes
 
 
@@ -97,13 +99,30 @@ def history(dimension: str, hours: int = 24, name: str | None = None, now: datet
     aggregates = (
         rows.order_by()
         .values("name")
-        .annotate(**{f"n_{state}": Sum(state.value) for state in ended}, wait=Max("wait_p95"), run=Max("run_p95"))
+        .annotate(
+            **{f"n_{state}": Sum(state.value) for state in ended},
+            wait=Max("wait_p95"),
+            run=Max("run_p95"),
+            first=Min("minute"),
+        )
     )
     totals = []
+    last = start + timedelta(minutes=minutes - 1)  # the current minute
     for aggregate in aggregates:
         values: dict[str, Any] = dict(aggregate)
         completed, failed, cancelled = (values[f"n_{state}"] or 0 for state in ended)
-        totals.append(NameTotals(values["name"], completed, failed, cancelled, values["wait"], values["run"], minutes))
+        span = int((last - values["first"]).total_seconds() // 60) + 1
+        totals.append(
+            NameTotals(
+                values["name"],
+                completed,
+                failed,
+                cancelled,
+                values["wait"],
+                values["run"],
+                min(max(span, 1), minutes),
+            )
+        )
     totals.sort(key=lambda t: (-t.finished, t.name))
     found = History(dimension=dimension, start=start, minutes=minutes, totals=totals)
     if name is None and totals:
