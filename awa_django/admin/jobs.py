@@ -41,7 +41,7 @@ from awa_django.admin.search import (
     search_jobs,
 )
 from awa_django.admin.search import HELP as SEARCH_HELP
-from awa_django.admin.timeline import attempt_timeline
+from awa_django.admin.timeline import attempt_timeline, shown_time, time_field
 from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
 from awa_django.services.jobs import RETRYABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
@@ -119,27 +119,28 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         (None, {"fields": ("id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags")}),
         (
             "Timing",
+        ("Attempts", {"fields": ("timeline",)}),  # first: how each attempt went, above any traceback
             {
                 "fields": (
-                    "created_at",
-                    "run_at",
-                    "attempted_at",
+                    "created_at_shown",
+                    "run_at_shown",
+                    "attempted_at_shown",
                     "attempted_by",
-                    "heartbeat_at",
-                    "deadline_at",
-                    "finalized_at",
+                    "heartbeat_at_shown",
+                    "deadline_at_shown",
+                    "finalized_at_shown",
                 )
             },
         ),
         ("Data", {"fields": ("args_pretty", "metadata_pretty", "progress_pretty", "result_pretty")}),
         ("Errors", {"fields": ("errors_pretty",)}),
-        ("Attempts", {"fields": ("timeline",)}),
         ("Workflow", {"fields": ("workflow_links",)}),
         ("Uniqueness and lease", {"classes": ("collapse",), "fields": ("unique_key", "unique_states", "run_lease")}),
     )
     readonly_fields = (
-        "id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags", "created_at", "run_at",
-        "attempted_at", "attempted_by", "heartbeat_at", "deadline_at", "finalized_at", "args_pretty", "metadata_pretty",
+        "id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags", "created_at_shown",
+        "run_at_shown", "attempted_at_shown", "attempted_by", "heartbeat_at_shown", "deadline_at_shown",
+        "finalized_at_shown", "args_pretty", "metadata_pretty",
         "progress_pretty", "result_pretty", "timeline", "errors_pretty", "unique_key", "unique_states", "run_lease",
         "workflow_links",
     )  # fmt: skip
@@ -234,6 +235,14 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     @admin.display(description="progress")
     def progress_pretty(self, obj: Job) -> SafeString:
+    # Every time on the page as the attempts table writes its own (admin/timeline.py).
+    created_at_shown = time_field("created_at", "created at")
+    run_at_shown = time_field("run_at", "run at")
+    attempted_at_shown = time_field("attempted_at", "attempted at")
+    heartbeat_at_shown = time_field("heartbeat_at", "heartbeat at")
+    deadline_at_shown = time_field("deadline_at", "deadline at")
+    finalized_at_shown = time_field("finalized_at", "finalized at")
+
         return pretty_json(obj.progress)
 
     @admin.display(description="result")
@@ -257,7 +266,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
             items.append(
                 (
                     entry.get("attempt", "?"),
-                    entry.get("at", ""),
+                    shown_time(entry.get("at")),
                     entry.get("error", ""),
                     format_html('<div class="awa-muted awa-error-rule">rule: {}</div>', rule) if rule else "",
                     fold_traceback(str(traceback)) if traceback else "",

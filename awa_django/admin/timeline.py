@@ -1,14 +1,19 @@
-"""A job's attempts on one line each, for its admin page: when each started and ended (to the
-second, in the operator's time zone: Django's current one), how long it ran, on which worker, how
-it ended, and its error. Read from the error history (each entry carries its attempt's start and
-worker when a worker ran it) and, for the latest attempt, from the row itself."""
+"""A job's attempts on one line each, for its admin page: when each started and ended, how long it
+ran, on which worker, how it ended, and its error. Read from the error history (each entry carries
+its attempt's start and worker when a worker ran it) and, for the latest attempt, from the row
+itself.
+
+Every time on the job page is written by ``shown_time`` (to the second, in the operator's time
+zone: Django's current one), every duration by ``shown_duration``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib import admin
 from django.utils import timezone
 from django.utils.dateformat import format as format_date
 from django.utils.dateparse import parse_datetime
@@ -72,8 +77,36 @@ def attempts_of(job: Job) -> list[Attempt]:
     return attempts
 
 
-def _shown(value: datetime | None) -> str:
-    return "—" if value is None else format_date(timezone.localtime(value), TIME_FORMAT)
+def shown_time(value: datetime | str | None) -> str:
+    """A time as the job page writes each of its times: ``2026-12-04 20:10:17 UTC``; ``—`` for none.
+
+    A string is read as the ISO time an error entry stores, and shown as it is when it is not one.
+    """
+    when = _when(value)
+    if when is None:
+        return "—" if value is None or value == "" else str(value)
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, timezone.get_default_timezone())
+    return format_date(timezone.localtime(when), TIME_FORMAT)
+
+
+def shown_duration(value: timedelta | None) -> str:
+    """``4 ms`` under a second (a quick attempt is not ``0s``); ``3s``, ``4m 05s``… from a second on."""
+    if value is None or value >= timedelta(seconds=1):
+        return format_age(value)
+    milliseconds = int(value.total_seconds() * 1000)  # down, as format_age rounds its seconds
+    return f"{milliseconds} ms" if milliseconds >= 1 else "<1 ms"
+
+
+def time_field(name: str, description: str) -> Callable[[Any, Job], str]:
+    """A read-only field of the admin that shows the row's ``name`` time by ``shown_time``."""
+
+    @admin.display(description=description, ordering=name)
+    def shown(model_admin: Any, obj: Job) -> str:
+        return shown_time(getattr(obj, name))
+
+    shown.__name__ = f"{name}_shown"
+    return shown
 
 
 def attempt_timeline(job: Job) -> SafeString:
@@ -89,9 +122,9 @@ def attempt_timeline(job: Job) -> SafeString:
             (
                 a.number,
                 a.number,
-                _shown(a.started),
-                _shown(a.ended) if a.ended or a.outcome != JobState.RUNNING else JobState.RUNNING.value,
-                format_age(a.duration if a.ended else (now - a.started if a.started else None)),
+                shown_time(a.started),
+                shown_time(a.ended) if a.ended or a.outcome != JobState.RUNNING else JobState.RUNNING.value,
+                shown_duration(a.duration if a.ended else (now - a.started if a.started else None)),
                 a.worker or "—",
                 a.outcome,
                 a.error[:300],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Func, JSONField, Value
+from django.db.models import Case, F, Func, JSONField, Q, Value, When
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Greatest, JSONObject, Least, Now
 from django.utils import timezone
@@ -141,8 +141,21 @@ def release_ended(ids: Sequence[int], state: JobState) -> None:
 
 
 def _with_reason(reason: str) -> CombinedExpression:
-    """The row's errors with one more entry saying it was cancelled and why (the attempt it was at)."""
-    entry = JSONObject(error=Value(f"cancelled: {reason[:REASON_MAX_LENGTH]}"), attempt=F("attempt"), at=Now())
+    """The row's errors with one more entry saying it was cancelled and why (the attempt it was at).
+
+    A job a worker is running gets its attempt's start and worker in the entry too, as a worker's
+    own outcome does (finalize_jobs), so the attempt keeps them in the job's attempt history."""
+    error = Value(f"cancelled: {reason[:REASON_MAX_LENGTH]}")
+    entry = Case(
+        When(
+            Q(state=JobState.RUNNING, attempted_by__isnull=False),
+            then=JSONObject(
+                error=error, attempt=F("attempt"), at=Now(), started_at=F("attempted_at"), worker=F("attempted_by")
+            ),
+        ),
+        default=JSONObject(error=error, attempt=F("attempt"), at=Now()),
+        output_field=JSONField(),
+    )
     return CombinedExpression(F("errors"), "||", Func(entry, function="jsonb_build_array"), output_field=JSONField())
 
 
