@@ -116,10 +116,10 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     change_form_template = "admin/awa/job/change_form.html"
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
+        ("Attempts", {"fields": ("timeline",)}),  # first: how each attempt went, above any traceback
         (None, {"fields": ("id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags")}),
         (
             "Timing",
-        ("Attempts", {"fields": ("timeline",)}),  # first: how each attempt went, above any traceback
             {
                 "fields": (
                     "created_at_shown",
@@ -235,6 +235,12 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     @admin.display(description="progress")
     def progress_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.progress)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.result)
+
     # Every time on the page as the attempts table writes its own (admin/timeline.py).
     created_at_shown = time_field("created_at", "created at")
     run_at_shown = time_field("run_at", "run at")
@@ -242,12 +248,6 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     heartbeat_at_shown = time_field("heartbeat_at", "heartbeat at")
     deadline_at_shown = time_field("deadline_at", "deadline at")
     finalized_at_shown = time_field("finalized_at", "finalized at")
-
-        return pretty_json(obj.progress)
-
-    @admin.display(description="result")
-    def result_pretty(self, obj: Job) -> SafeString:
-        return pretty_json(obj.result)
 
     @admin.display(description="attempts")
     def timeline(self, obj: Job) -> SafeString:
