@@ -1,7 +1,8 @@
 """One log line per attempt outcome, on the ``awa_django.jobs`` logger.
 
 Levels: completed at DEBUG (with its duration); retried, snoozed, discarded (cancelled while
-running) and handed_back (at shutdown) at INFO; failed, cancelled, lost and rescued at WARNING,
+running: the line says "job cancelled while running", since "discard" is ``discard_on``'s word for
+failing at once) and handed_back (at shutdown) at INFO; failed, cancelled, lost and rescued at WARNING,
 with the error (a job failed for a kind with no handler says so).
 Every line carries structured ``extra`` fields, so a JSON formatter or structlog gets them as
 keys: ``job_id``, ``kind``, ``queue``, ``attempt``, ``duration_ms`` (None where no handler ran), ``outcome`` (one of
@@ -38,6 +39,8 @@ LEVELS = {
     "lost": logging.WARNING,
     "rescued": logging.WARNING,
 }
+# What the line says for an outcome whose label would mislead: the rest say their label.
+WORDS = {"discarded": "cancelled while running"}
 
 
 def error_text(outcome: Outcome) -> str | None:
@@ -73,7 +76,7 @@ def log_job(
         "outcome": outcome,
     }
     message = "job %s job_id=%s kind=%s queue=%s attempt=%s"
-    args: list[Any] = [outcome, job_id, kind, queue, attempt]
+    args: list[Any] = [WORDS.get(outcome, outcome), job_id, kind, queue, attempt]
     if workflow_id is not None:
         fields["workflow_id"] = workflow_id
         message += " workflow_id=%s"

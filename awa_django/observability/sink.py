@@ -41,9 +41,10 @@ STATE_OUTCOMES: dict[str, str] = {
 # Why an attempt's outcome was not written (the (id, running, run_lease) guard refused it), as the
 # outcome label names it: an operator cancelled or deleted the running job, so the outcome is
 # discarded; this worker handed the job back at shutdown; or, and only then is anything lost, the
-# row was rescued under a newer lease while the attempt still ran.
+# row was rescued under a newer lease while the attempt still ran. (The label "discarded" stays
+# for the metric's sake; the log line says "cancelled while running", see joblog.WORDS.)
 REFUSALS: dict[str, str] = {
-    "discarded": "cancelled (or deleted) while running; outcome discarded",
+    "discarded": "an operator cancelled (or deleted) the job while it ran, and the cancel stands",
     "handed_back": "handed back at shutdown; it runs again",
     "lost": "lost: the attempt was rescued meanwhile, and the newer state stands",
 }

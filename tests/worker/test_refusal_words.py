@@ -1,5 +1,6 @@
 """A finished attempt whose write the (id, running, run_lease) guard refuses is named for what
-happened to its row: cancelled or deleted while running is "discarded", handed back at shutdown is
+happened to its row: cancelled or deleted while running is "discarded" (its log line says "job
+cancelled while running": "discard" is ``discard_on``'s word), handed back at shutdown is
 "handed_back", and only a rescue under a newer lease is "lost". Normal operations never say lost."""
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def _write_refused(change: Callable[[ClaimedJob], None], handed_back: bool) -> t
 @pytest.mark.parametrize(
     ("change", "handed_back", "named", "words"),
     [
-        (lambda job: cancel_jobs([job.id]), False, "discarded", "cancelled (or deleted) while running"),
-        (lambda job: discard_jobs([job.id]), False, "discarded", "outcome discarded"),
-        (_release, True, "handed_back", "handed back at shutdown"),
+        (lambda job: cancel_jobs([job.id]), False, "discarded", "job cancelled while running job_id="),
+        (lambda job: discard_jobs([job.id]), False, "discarded", "cancelled (or deleted) the job while it ran"),
+        (_release, True, "handed_back", "job handed_back job_id="),
         (_rescue, False, "lost", "rescued meanwhile"),
     ],
     ids=["cancelled", "deleted", "handed-back", "rescued"],
@@ -91,6 +92,7 @@ def test_refused_write__named_for_what_happened_to_the_row(
     assert [getattr(r, "outcome", None) for r in lines] == [named]
     message = lines[0].getMessage()
     assert words in message
+    assert "discard" not in message  # discard_on's word: failed at once, never a cancel
     if named != "lost":
         assert "lost" not in message
         assert lines[0].levelno == logging.INFO
@@ -123,6 +125,6 @@ def test_cooperative_cancel__handler_returns_normally__no_lost_in_any_log_line(
     assert Job.objects.get(pk=job.pk).state == "cancelled"
     said = [r.getMessage() for r in caplog.records]
     assert [m for m in said if "lost" in m] == []
-    assert any("cancelled (or deleted) while running; outcome discarded" in m for m in said), said
+    assert any(m.startswith(f"job cancelled while running job_id={job.pk} ") for m in said), said
     stopped = [m for m in said if m.startswith("worker stopped")]
     assert len(stopped) == 1 and stopped[0].endswith("written=0 discarded=1"), stopped
