@@ -1,10 +1,11 @@
-"""Act on thousands: retry, cancel or discard every job the Job list's current filter and search
+"""Act on thousands: retry, cancel or delete every job the Job list's current filter and search
 match, not only the page.
 
 ``BulkMixin`` adds ``admin:awa_job_bulk`` (``bulk/<action>/?<the list's query string>``):
 
 - GET previews: the filter in words, how many jobs match (counted up to ``COUNT_LIMIT``, the
   planner's estimate past it on an unfiltered list, and said so) and a sample, with a confirm form;
+  a delete's preview also names the workflow steps among them (``admin/deleting.py``);
 - each POST (the confirmation, then each next chunk) applies the action to the next ``CHUNK`` ids
   of the filter past the cursor, in id order, through the services with ``skip_locked`` (a row a
   worker holds is skipped and counted, never waited for), ``STEP`` ids a transaction; the page
@@ -17,7 +18,7 @@ match, not only the page.
   (bench/bulk_retry.py measures it against the idle tail);
 - each chunk is one ``LogEntry`` (who, the action, the filter, how many of how many, the id range).
 
-Retry and cancel need the change permission, discard the delete permission.
+Retry and cancel need the change permission, delete the delete permission.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from awa_django.admin.deleting import workflow_impact
 from awa_django.admin.helpers import COUNT_LIMIT, parse_id
 from awa_django.admin.search import EVERY_STATE_VAR, answer_within_budget
 from awa_django.models import Job
@@ -80,7 +82,7 @@ ACTIONS: dict[str, tuple[str, str, Callable[..., int]]] = {
     # action: (verb, permission, service)
     "retry": ("Retry", "change", retry_jobs),
     "cancel": ("Cancel", "change", cancel_jobs),
-    "discard": ("Discard", "delete", discard_jobs),
+    "delete": ("Delete", "delete", discard_jobs),
 }
 
 
@@ -158,6 +160,7 @@ class BulkMixin(_JobAdminBase):
             "awa_sample": sample,
             "awa_chunk": CHUNK,
             "awa_step": STEP,
+            "awa_impact": workflow_impact(jobs) if action == "delete" else None,
         }
         return TemplateResponse(request, "admin/awa/job/bulk.html", context)
 
@@ -195,7 +198,7 @@ class BulkMixin(_JobAdminBase):
                 content_type_id=ContentType.objects.get_for_model(Job).pk,
                 object_id=None,
                 object_repr=brief(f"bulk {action}: {describe_filter(query)}", 200),
-                action_flag=DELETION if action == "discard" else CHANGE,
+                action_flag=DELETION if action == "delete" else CHANGE,
                 change_message=f"bulk {action} over {describe_filter(query)}: {verb.lower()} {done} of {len(ids)} "
                 f"job(s), ids {ids[0]} to {ids[-1]}",
             )

@@ -1,11 +1,12 @@
 """Failure triage in the Job admin (``admin:awa_job_failures``): the latest failed jobs grouped
 by kind and error signature (``awa_django.services.failures``), each group with its count, first
-and last seen, an example, a link to its jobs, and "retry this group" / "discard this group".
+and last seen, an example, a link to its jobs, and "retry this group" / "delete this group".
 
 A group action reads the groups again, takes the group's ids (the failed jobs of the window that
 still carry that signature) and hands them to the services in chunks, with ``skip_locked``, each
-chunk one ``LogEntry``. Viewing needs the job view permission; retry the change permission;
-discard the delete permission.
+chunk one ``LogEntry``. A delete first shows a confirmation that names the workflow steps among
+the group's jobs (``admin/deleting.py``). Viewing needs the job view permission; retry the change
+permission; delete the delete permission.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
 from awa_django.admin.bulk import CHUNK
+from awa_django.admin.deleting import confirm_delete
 from awa_django.models import Job
 from awa_django.services.failures import WINDOW, failure_groups
 from awa_django.services.jobs import discard_jobs, retry_jobs
@@ -57,7 +59,7 @@ class FailuresMixin(_JobAdminBase):
             "awa_triage": triage,
             "awa_window": WINDOW,
             "awa_can_retry": self.has_change_permission(request),
-            "awa_can_discard": self.has_delete_permission(request),
+            "awa_can_delete": self.has_delete_permission(request),
         }
         return TemplateResponse(request, "admin/awa/job/failures.html", context)
 
@@ -65,17 +67,26 @@ class FailuresMixin(_JobAdminBase):
         action, key = request.POST.get("action", ""), request.POST.get("group", "")
         if action == "retry":
             allowed, service, flag = self.has_change_permission(request), retry_jobs, CHANGE
-        elif action == "discard":
+        elif action == "delete":
             allowed, service, flag = self.has_delete_permission(request), discard_jobs, DELETION
         else:
-            raise PermissionDenied(f"no group action {brief(action, 40)}; use retry or discard")
+            raise PermissionDenied(f"no group action {brief(action, 40)}; use retry or delete")
         if not allowed:
             raise PermissionDenied
         back = HttpResponseRedirect(reverse("admin:awa_job_failures", current_app=self.admin_site.name))
         group = next((g for g in failure_groups().groups if g.key == key), None)
         if group is None:
-            self.message_user(request, "That failure group is gone (already retried or discarded?).", messages.WARNING)
+            self.message_user(request, "That failure group is gone (already retried or deleted?).", messages.WARNING)
             return back
+        if action == "delete" and request.POST.get("post") != "yes":
+            return confirm_delete(
+                self,
+                request,
+                Job.objects.filter(pk__in=group.ids),
+                hidden=[("group", key), ("action", action)],
+                post_url=request.path,
+                what=f"the failure group {group.kind}: {group.exception} {group.message}"[:200],
+            )
         done = 0
         content_type = ContentType.objects.get_for_model(Job).pk
         label = f"{group.kind}: {group.exception} {group.message}"[:150]

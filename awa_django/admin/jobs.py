@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -18,6 +19,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from awa_django.admin.bulk import BulkMixin
+from awa_django.admin.deleting import confirm_delete, workflow_impact
 from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
@@ -112,8 +114,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole table
     paginator = BoundedCountPaginator
     list_per_page = 50
-    actions = ("retry_selected", "cancel_selected", "discard_selected")
+    actions = ("retry_selected", "cancel_selected", "delete_selected")
     change_form_template = "admin/awa/job/change_form.html"
+    delete_confirmation_template = "admin/awa/job/delete_confirmation.html"
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
         ("Attempts", {"fields": ("timeline",)}),  # first: how each attempt went, above any traceback
@@ -164,15 +167,6 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         if request.method not in ("GET", "HEAD"):  # an action's POST: its own statements, no budget
             return super().changelist_view(request, extra_context)
         return answer_within_budget(request, lambda: super(JobAdmin, self).changelist_view(request, extra_context))
-
-    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
-        # Django 6.1 passes where the actions show (action_location); 5.2 has no such parameter.
-        if action_location is None:
-            actions = super().get_actions(request)
-        else:
-            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
-        actions.pop("delete_selected", None)  # discard_selected deletes through the service
-        return actions
 
     def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
         paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
@@ -302,11 +296,26 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         done = cancel_jobs(ids)
         self._report(request, "Cancelled", done, len(ids), "finished jobs cannot be cancelled")
 
-    @admin.action(description="Discard (delete) selected jobs", permissions=["delete"])
-    def discard_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+    # Named as Django's own action, which it replaces: a confirmation that names the workflow steps
+    # among the jobs (admin/deleting.py), then the service, without a LogEntry per row.
+    @admin.action(description="Delete selected jobs", permissions=["delete"])
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if request.POST.get("post") != "yes":
+            hidden = [("action", "delete_selected")]
+            hidden += [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
+            if request.POST.get("select_across") == "1":
+                hidden.append(("select_across", "1"))
+            return confirm_delete(self, request, queryset, hidden=hidden)
         ids = list(queryset.values_list("pk", flat=True))
         done = discard_jobs(ids)
-        self._report(request, "Discarded", done, len(ids), "already gone")
+        self._report(request, "Deleted", done, len(ids), "already gone")
+        return None
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        job = context.get("object")
+        if isinstance(job, Job):  # the job's own Delete page names its workflow, as the action does
+            context["awa_impact"] = workflow_impact(Job.objects.filter(pk=job.pk))
+        return super().render_delete_form(request, context)
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         discard_jobs([obj.pk])

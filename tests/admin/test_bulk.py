@@ -1,4 +1,4 @@
-"""Act on thousands: retry, cancel or discard everything the list's filter matches, previewed
+"""Act on thousands: retry, cancel or delete everything the list's filter matches, previewed
 (count and sample), confirmed, run in chunks of short SKIP LOCKED transactions that stop between
 chunks, each chunk audited in the admin's LogEntry (who, the filter, how many)."""
 
@@ -138,10 +138,10 @@ def test_bulk_chunk__names_the_pause_the_page_waits_before_the_next() -> None:
 
 
 @pytest.mark.django_db
-def test_bulk_discard__deletes_the_filter_only(admin_client: Client) -> None:
+def test_bulk_delete__deletes_the_filter_only(admin_client: Client) -> None:
     ids = _failed("bulk", 30)
     keep = _failed("elsewhere", 3)
-    answers = _run(admin_client, "discard")
+    answers = _run(admin_client, "delete")
     assert sum(a["done"] for a in answers) == 30
     assert not Job.objects.filter(pk__in=ids).exists()
     assert Job.objects.filter(pk__in=keep).count() == 3
@@ -162,7 +162,7 @@ def test_bulk__a_row_a_worker_holds_is_skipped_not_waited_for() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", ["superuser", "change_staff", "view_staff", "non_staff", "anonymous"])
-@pytest.mark.parametrize("action", ["retry", "cancel", "discard"])
+@pytest.mark.parametrize("action", ["retry", "cancel", "delete"])
 def test_bulk__matrix(users: dict[str, User | None], who: str, action: str) -> None:
     ids = _failed("bulk", 3)
     client = client_for(users[who])
@@ -181,16 +181,16 @@ def test_bulk__matrix(users: dict[str, User | None], who: str, action: str) -> N
 
 
 @pytest.mark.django_db
-def test_bulk__staff_who_may_change_but_not_delete_cannot_discard(db: None) -> None:
+def test_bulk__staff_who_may_change_but_not_delete_cannot_delete(db: None) -> None:
     from django.contrib.auth.models import Permission
 
     user = User.objects.create_user("changer_only", password=None, is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "change_job"]))
     client = client_for(user)
     assert client.get(_url("retry")).status_code == 200
-    assert client.get(_url("discard")).status_code == 403
+    assert client.get(_url("delete")).status_code == 403
     listing = client.get(reverse("admin:awa_job_changelist")).content.decode()
-    assert 'id="awa-bulk-retry"' in listing and 'id="awa-bulk-discard"' not in listing
+    assert 'id="awa-bulk-retry"' in listing and 'id="awa-bulk-delete"' not in listing
 
 
 @pytest.mark.django_db

@@ -1,5 +1,5 @@
 """Triage failures: failed jobs grouped by kind and error signature (class plus normalised message)
-with count, first and last seen, and group retry/discard audited; tracebacks show the user's frames
+with count, first and last seen, and group retry/delete audited; tracebacks show the user's frames
 first with awa's folded."""
 
 from __future__ import annotations
@@ -87,7 +87,9 @@ def test_failures_page_and_group_actions__audited(admin_client: Client, failures
     )
 
     mail = next(g for g in failure_groups().groups if g.kind == "mail")
-    admin_client.post(reverse("admin:awa_job_failures_act"), {"group": mail.key, "action": "discard"})
+    confirm = admin_client.post(reverse("admin:awa_job_failures_act"), {"group": mail.key, "action": "delete"})
+    assert confirm.status_code == 200 and Job.objects.filter(kind="mail").exists()  # a confirmation first
+    admin_client.post(reverse("admin:awa_job_failures_act"), {"group": mail.key, "action": "delete", "post": "yes"})
     assert not Job.objects.filter(kind="mail").exists()
     gone = admin_client.post(reverse("admin:awa_job_failures_act"), {"group": mail.key, "action": "retry"}, follow=True)
     assert "That failure group is gone" in gone.content.decode()

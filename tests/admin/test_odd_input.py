@@ -69,7 +69,7 @@ def _check_lists(client: Client, value: str) -> None:
 
 
 def _check_actions(client: Client, value: str, job: Job) -> None:
-    for action in ("cancel_selected", "retry_selected", "discard_selected"):
+    for action in ("cancel_selected", "retry_selected", "delete_selected"):
         _ok(client.post("/admin/awa/job/", {"action": action, "_selected_action": [value, str(job.pk)]}))
     for action in ("pause_selected", "resume_selected"):
         _ok(client.post("/admin/awa/queue/", {"action": action, "_selected_action": [value]}))
@@ -86,7 +86,7 @@ def test_admin__odd_selected_ids_in_actions_never_500(admin_client: Client, job:
     _check_actions(admin_client, value, job)
 
     # A selection holding an id no row can have is refused whole, saying so: the valid id next
-    # to it was neither cancelled nor discarded.
+    # to it was neither cancelled nor deleted.
     assert Job.objects.get(pk=job.pk).state == "available"
     response = admin_client.post(
         "/admin/awa/job/", {"action": "cancel_selected", "_selected_action": [value, str(job.pk)]}, follow=True

@@ -233,7 +233,7 @@ def test_job_detail__buttons_call_the_services(client: Client) -> None:
     assert client.get(reverse("admin:awa_job_act", args=[job.pk, "retry"])).status_code == 405
 
 
-def test_job_delete_page__discards_through_the_service(client: Client) -> None:
+def test_job_delete_page__deletes_through_the_service(client: Client) -> None:
     job = Job.objects.enqueue("render")
     response = client.post(reverse("admin:awa_job_delete", args=[job.pk]), {"post": "yes"})
     assert response.status_code == 302

@@ -94,7 +94,7 @@ def test_job_actions__matrix(users: dict[str, User | None], who: str) -> None:
     url = reverse("admin:awa_job_changelist")
 
     client.post(url, {"action": "retry_selected", "_selected_action": [failed.pk]})
-    client.post(url, {"action": "discard_selected", "_selected_action": [running.pk]})
+    client.post(url, {"action": "delete_selected", "_selected_action": [running.pk], "post": "yes"})
     button = client.post(reverse("admin:awa_job_act", args=[running.pk, "cancel"]))
 
     states = dict(Job.objects.values_list("pk", "state"))
