@@ -3,7 +3,8 @@
 - ``123`` or ``#123``: that job id;
 - ``{"user_id": 42}``: jobs whose args contain that JSON (jsonb containment, ``@>``);
 - ``user_id=42``, ``order.id=7``, ``email=a@b.c``: an args path equal to a value (the value read as
-  JSON when it is JSON, ``42``, ``true``, ``"42"``, else as text), also by containment;
+  JSON when it is JSON, ``42``, ``true``, ``"42"``, else as text, and so are ``NaN``, ``Infinity``
+  and ``1e999``, which JSON in Postgres cannot hold as numbers), also by containment;
 - ``tag:urgent``: jobs carrying that tag;
 - ``error:timeout``: jobs one of whose error messages (each attempt's ``error``, not its traceback)
   holds that text (case-insensitive);
@@ -11,8 +12,8 @@
 - anything else: the kind or the fairness key, exactly.
 
 Several ``key=value``, ``tag:`` and ``error:`` terms separated by spaces must all match. A term that
-cannot match anything (a NUL, an id beyond bigint, JSON that is not an object) gives an empty list,
-never an error.
+cannot match anything (a NUL, an id beyond bigint, JSON that is not an object, an object with a
+number JSON cannot hold) gives an empty list, never an error.
 
 How it stays off a full read of a big awa_job: the search indexes are partial on state (an index over
 every row would take an entry at enqueue, at claim and at completion, since every update of a job
@@ -49,6 +50,7 @@ by state, so the rows found do not depend on the plan.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Collection
 from functools import reduce
 from operator import or_
@@ -101,9 +103,23 @@ class NoMatchError(Exception):
     """The term can match no job."""
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: JSON text, but a float only as infinity
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")  # NaN, Infinity, -Infinity: Python's json takes them
+
+
 def _value(text: str) -> Any:
+    """``text`` as JSON where it is JSON Postgres can hold, else as the text itself: ``Infinity``,
+    ``NaN`` and ``1e999`` read as floats that are not finite, which jsonb refuses (a 500 once), and
+    which no args value can be (args are JSON); as text they find the jobs that hold that text."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError:
         return text
 
