@@ -57,7 +57,9 @@ import re
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -77,9 +79,9 @@ from awa_django.defaults import (
     PRIORITY_MIN,
 )
 from awa_django.exceptions import AwaError, InvalidJobError, Snooze, TerminalError
-from awa_django.inline import database_now, execution_mode, running_inline
+from awa_django.inline import execution_mode, running_inline
 from awa_django.jobspec import build_row, fair_key_problem
-from awa_django.registry import JobHandler, Registry, registry
+from awa_django.registry import TASK_METADATA_KEY, JobHandler, Registry, registry
 from awa_django.states import JobState
 from awa_django.validation import brief
 from awa_django.worker.context import JobContext
@@ -116,7 +118,6 @@ __all__ = [
     "resolve_task",
 ]
 
-TASK_METADATA_KEY = "task"
 OPTIONS = frozenset({"MAX_ATTEMPTS", "FAIR_KEY"})
 TASK_MAX_ATTEMPTS_DEFAULT = 1
 """Attempts a task gets unless ``OPTIONS["MAX_ATTEMPTS"]`` says more: the framework's backends
@@ -142,6 +143,7 @@ STATUS_BY_STATE = {
 # ("ValueError: boom", "myapp.errors.GatewayError: …"); worker-side failures read otherwise.
 _EXCEPTION_NAME = re.compile(r"([A-Za-z_][\w.]*)(?=: |$)")
 _WORKER_ERROR_PATH = f"{AwaError.__module__}.{AwaError.__qualname__}"
+_INTERRUPT_PATH = f"{KeyboardInterrupt.__module__}.{KeyboardInterrupt.__qualname__}"
 
 
 class TaskImportError(AwaError, ImportError):
@@ -226,11 +228,13 @@ class AwaBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult[Any, Any]:
-        """Insert the task's job in the caller's transaction; ``task_enqueued`` follows at commit.
+        """Insert the task's job in the caller's transaction, in one statement; ``task_enqueued``
+        follows at commit (at once outside a transaction).
 
-        TypeError (as the framework raises) if an argument cannot be stored as JSON. In
-        immediate mode outside a transaction the task has run when this returns, and the result
-        says how it ended.
+        TypeError (as the framework raises) if an argument cannot be stored as JSON. In immediate
+        mode the task runs at that commit, and the TaskResult returned then says how it ended (as
+        ``refresh()`` would: outside a transaction, before this returns); a KeyboardInterrupt the
+        task raised is raised again there, once its attempt is recorded.
         """
         from awa_django.models import Job
 
@@ -238,24 +242,32 @@ class AwaBackend(BaseTaskBackend):
         stored = {"args": _json("args", list(args)), "kwargs": _json("kwargs", dict(kwargs))}
         fair_key = self._fair_key_of(task, stored["args"], stored["kwargs"])
         alias = awa_settings().DATABASE_ALIAS
-        outside = not transaction.get_connection(alias).in_atomic_block
+        connection = transaction.get_connection(alias)
+        immediate = execution_mode() == "immediate"
         enqueued: list[TaskResult[Any, Any]] = []
         sender = type(self)
-        with transaction.atomic(using=alias):
-            # Registered before the enqueue registers its immediate-mode run (another on_commit
-            # callback, and callbacks run in order), so task_enqueued comes first, as in the
-            # framework. The block holds both until this commit, or the caller's.
-            transaction.on_commit(lambda: task_enqueued.send(sender, task_result=enqueued[0]), using=alias)
+
+        def send_enqueued() -> None:
+            if enqueued:  # the insert went through
+                task_enqueued.send(sender, task_result=enqueued[0])
+
+        # In immediate mode the insert registers the run as an on_commit callback; task_enqueued is
+        # registered before it (callbacks run in order), so it comes first, as in the framework, and
+        # outside a transaction this block holds both until its commit. Otherwise nothing runs at
+        # commit and no block is needed: the enqueue is the INSERT alone.
+        deferred = transaction.atomic(using=alias) if immediate and not connection.in_atomic_block else nullcontext()
+        with deferred:
+            in_transaction = connection.in_atomic_block
+            if in_transaction:
+                transaction.on_commit(send_enqueued, using=alias)
             run_after = task.run_after
-            run_at = run_after
-            if run_after is None and head_start(task.priority):
-                run_at = database_now(alias) - head_start(task.priority)  # the database's clock decides due
-            job = Job.objects.db_manager(alias).enqueue(
+            job = Job.objects.db_manager(alias)._enqueue(
                 task.module_path,
                 stored,
                 queue=task.queue_name,
                 priority=job_priority(task.priority),
-                run_at=run_at,
+                run_at=run_after,
+                head_start=head_start(task.priority),  # when run_after is None: before the database's now()
                 max_attempts=self.max_attempts,
                 fair_key=fair_key,
                 metadata={
@@ -266,10 +278,13 @@ class AwaBackend(BaseTaskBackend):
                     }
                 },
             )
-            enqueued.append(_task_result(job, task))
-        if outside and execution_mode() == "immediate":
-            return _task_result(Job.objects.db_manager(alias).get(pk=job.pk), task)  # it ran at that commit
-        return enqueued[0]
+            result = _task_result(job, task)
+            enqueued.append(result)
+            if immediate:  # after the run's callback: the result learns how the run ended
+                transaction.on_commit(partial(_after_immediate_run, result), using=alias)
+        if not in_transaction:
+            send_enqueued()  # autocommit: the row is committed
+        return result
 
     def _fair_key_of(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> str:
         """``OPTIONS["FAIR_KEY"]`` for this task, checked as every enqueue checks a key: an
@@ -353,6 +368,26 @@ def _json(field: str, value: Any) -> Any:
         raise InvalidJobError(
             field, value, f"cannot be stored as JSON ({exc}); pass only str, int, float, bool, None, list, dict"
         ) from None
+
+
+def _after_immediate_run(result: TaskResult[Any, Any]) -> None:
+    """Bring ``result`` up to date once immediate mode ran its task at the commit, as Django's
+    ImmediateBackend's result is; then raise the KeyboardInterrupt that ended the attempt, if one
+    did (as that backend lets it through), the attempt being recorded on the job by then.
+
+    A task enqueued by a job running in immediate mode runs after that job ends: its result
+    still says READY here, and ``refresh()`` tells the rest later.
+    """
+    try:
+        result.refresh()
+    except TaskResultDoesNotExist:  # the job row was deleted meanwhile: nothing newer to tell
+        return
+    interrupted = result.status != TaskResultStatus.SUCCESSFUL and result.attempts and result.errors
+    if interrupted and result.errors[-1].exception_class_path == _INTERRUPT_PATH:
+        raise KeyboardInterrupt(
+            f"task {result.task.module_path} (job {result.id}) was interrupted in immediate mode; its attempt "
+            f"is recorded on the job, which is now {result.status}"
+        )
 
 
 def _job_id(result_id: object) -> int:

@@ -380,6 +380,38 @@ class JobManager(models.Manager["Job"]):
         Raises InvalidJobError before writing anything if an argument is invalid, and
         UniqueJobConflictError (naming the existing job's id) if ``unique`` refuses it.
         """
+        return self._enqueue(
+            kind,
+            args,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            metadata=metadata,
+            tags=tags,
+            unique=unique,
+            fair_key=fair_key,
+        )
+
+    def _enqueue(
+        self,
+        kind: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
+        fair_key: str | None = None,
+        head_start: timedelta = timedelta(0),
+    ) -> Job:
+        """``enqueue``, where a job with no ``run_at`` is due ``head_start`` (>= 0) before the
+        database's now(): ahead of its lane's jobs enqueued up to that much earlier (the Tasks
+        backend's priority inside a lane). The INSERT computes it, so the database's clock decides
+        and the enqueue stays one statement."""
         defaults = kind_defaults(kind)
         row = build_row(
             kind,
@@ -410,6 +442,7 @@ class JobManager(models.Manager["Job"]):
             "unique_states": row.unique_states,
             "timeout": defaults.timeout,
             "fair_key": key,
+            "head_start": head_start,
         }
         inserted = _execute_prepared(alias, statements["insert_job"], params)
         if inserted is None:

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+TASK_METADATA_KEY = "task"
+"""The ``metadata`` key that marks a job the Tasks framework backend wrote (``awa_django.backends``);
+here so that the unknown-kind hint (``Registry.unknown_kind_hint``) can tell a task's job apart."""
+TASKS_BACKEND_PATH = "awa_django.backends.AwaBackend"
+
 
 class RegistryError(AwaError):
     pass
@@ -272,6 +277,29 @@ class Registry:
             if handler is not None:
                 return handler
         return None
+
+    def unknown_kind_hint(self, kind: str, metadata: Mapping[str, Any] | None) -> str:
+        """The fix to name when no handler here runs ``kind`` (``metadata``: the job's).
+
+        A job the Tasks framework backend wrote needs that backend in this process's ``TASKS``
+        (a worker started before it was configured has no resolver), or, when it has one, the
+        task's code; any other kind needs a ``@job`` handler.
+        """
+        task = metadata.get(TASK_METADATA_KEY) if isinstance(metadata, Mapping) else None
+        if task is None:
+            return f"register one with @job({kind!r}) in an installed app's jobs.py"
+        if self._resolvers:
+            return (
+                "it is a Tasks framework task whose module path does not import in this worker: deploy the code "
+                "that defines it to the workers, or cancel its jobs if the task was removed"
+            )
+        alias = task.get("backend") if isinstance(task, Mapping) else None
+        where = f"TASKS[{alias or 'default'!r}]"
+        return (
+            f"it is a Tasks framework task (enqueued through {where}) and this worker runs no Tasks backend of "
+            f"awa_django: configure {where} with 'BACKEND': '{TASKS_BACKEND_PATH}' in the worker's settings, then "
+            "restart the worker"
+        )
 
     def __contains__(self, kind: object) -> bool:
         return kind in self._handlers

@@ -118,8 +118,8 @@ def report_outcome(
     if name == STATE_OUTCOMES[JobState.FAILED] and registry.get(kind) is None:
         kind = UNREGISTERED_KIND
         note = (
-            f"no handler is registered for kind {job.kind!r} in this worker: register one with "
-            f"@job({job.kind!r}) in an installed app's jobs.py, or fix the kind at enqueue"
+            f"no handler is registered for kind {job.kind!r} in this worker: "
+            f"{registry.unknown_kind_hint(job.kind, job.metadata)}"
         )
     sink.job_finished(job.queue, kind, name, seconds)
     if written:

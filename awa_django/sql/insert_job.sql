@@ -1,5 +1,6 @@
 -- insert_job: insert one job (Job.objects.enqueue), in the caller's transaction.
--- Parameters: kind, queue, args (json text), priority, max_attempts, run_at (NULL = now),
+-- Parameters: kind, queue, args (json text), priority, max_attempts, run_at (NULL = now minus
+--   head_start: an interval >= 0, '0' but for a Tasks framework task's priority inside its lane),
 --   metadata (json text), tags (text[]), unique_key (NULL = not unique), unique_states (text[]),
 --   timeout (interval, NULL = the queue's deadline: the kind's @job(timeout=)), fair_key (varchar:
 --   the job's fairness key, '' = the default key; validated by awa_django.jobspec.check_fair_key).
@@ -16,7 +17,7 @@ VALUES (
     %(kind)s::varchar, %(queue)s::varchar, %(args)s::jsonb,
     CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
     %(priority)s::smallint, 0, %(max_attempts)s::smallint,
-    COALESCE(%(run_at)s::timestamptz, now()), now(),
+    COALESCE(%(run_at)s::timestamptz, now() - %(head_start)s::interval), now(),
     '[]'::jsonb, %(metadata)s::jsonb, %(tags)s::varchar[], %(unique_key)s::varchar, %(unique_states)s::varchar[], 0,
     %(timeout)s::interval, %(fair_key)s::varchar
 )

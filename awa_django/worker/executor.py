@@ -140,8 +140,8 @@ class Executor:
                 JobState.FAILED,
                 error=error_entry(
                     job,
-                    f"no handler registered for kind {job.kind!r}; register one with "
-                    f"@job({job.kind!r}) in an installed app's jobs.py",
+                    f"no handler registered for kind {job.kind!r}; "
+                    f"{self.registry.unknown_kind_hint(job.kind, job.metadata)}",
                 ),
             )
         args = job.args if isinstance(job.args, dict) else {}

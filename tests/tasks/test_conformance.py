@@ -3,8 +3,9 @@ commit), ``run_jobs`` (in the test's transaction) and a real worker.
 
 What is checked here is what a framework backend promises: every started attempt finishes
 (``SystemExit`` and ``KeyboardInterrupt`` included), the signals come in the framework's order,
-the framework's error types, a fresh result from an immediate enqueue, priority order between
-any two priorities, and one attempt unless the backend's OPTIONS say more.
+the framework's error types, a result from an immediate enqueue that says how the run ended (as
+Django's ImmediateBackend's does), a KeyboardInterrupt let through in immediate mode, priority
+order between any two priorities, and one attempt unless the backend's OPTIONS say more.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awa_django.backends import PRIORITY_STEP, head_start, job_priority
+from awa_django.backends import PRIORITY_STEP, AwaBackend, head_start, job_priority
 from awa_django.exceptions import InvalidJobError
 from awa_django.models import Job
+from awa_django.registry import Registry
 from awa_django.states import JobState
 from awa_django.testing import run_jobs
 from awa_django.worker import QueueConfig
@@ -93,7 +95,7 @@ def assert_finished_failed(signals: Signals, result: Any, class_path: str, *, co
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("task", "args", "class_path"), EXITING)
+@pytest.mark.parametrize(("task", "args", "class_path"), [p for p in EXITING if p.id != "KeyboardInterrupt"])
 def test_exiting_task__immediate__finishes_failed_and_the_caller_runs_on(
     signals: Signals, task: Any, args: tuple[Any, ...], class_path: str
 ) -> None:
@@ -130,6 +132,45 @@ def test_exiting_tasks__worker__finish_failed_and_the_worker_runs_on(signals: Si
         assert not worker.stopping
     for result, class_path in results:
         assert_finished_failed(signals, result, class_path)
+
+
+# --- KeyboardInterrupt in immediate mode: let through, as Django's ImmediateBackend does -------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyboard_interrupt__immediate__is_raised_from_enqueue_and_the_attempt_recorded(signals: Signals) -> None:
+    with override_settings(AWA=IMMEDIATE), pytest.raises(KeyboardInterrupt, match="interrupted in immediate mode"):
+        interrupted.enqueue()
+    job = Job.objects.get(kind=interrupted.module_path)
+    assert (job.state, job.attempt) == (JobState.FAILED, 1)
+    assert [error["exception"] for error in job.errors] == ["builtins.KeyboardInterrupt"]
+    assert signals.of(str(job.pk)) == [("enqueued", "READY"), ("started", "RUNNING"), ("finished", "FAILED")]
+    stored = interrupted.get_result(str(job.pk))
+    assert stored.status == TaskResultStatus.FAILED
+    assert [error.exception_class_path for error in stored.errors] == ["builtins.KeyboardInterrupt"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyboard_interrupt__immediate__is_raised_at_commit_after_the_held_result_learns_of_it() -> None:
+    with override_settings(AWA=IMMEDIATE), pytest.raises(KeyboardInterrupt, match=r"\(job \d+\)"):
+        with transaction.atomic():
+            result = interrupted.enqueue()
+            later = label.enqueue("after the interrupt")
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+    assert [error.exception_class_path for error in result.errors] == ["builtins.KeyboardInterrupt"]
+    assert job_of(result).state == JobState.FAILED
+    # Committed before the interrupt, not run after it: a worker (or run_jobs) runs it.
+    assert (job_of(later).state, job_of(later).attempt) == (JobState.AVAILABLE, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyboard_interrupt__immediate__with_attempts_left__raised_and_the_job_left_to_retry() -> None:
+    with override_settings(AWA=IMMEDIATE, TASKS=tasks_settings(MAX_ATTEMPTS=3)):
+        with pytest.raises(KeyboardInterrupt):
+            interrupted.enqueue()
+    job = Job.objects.get(kind=interrupted.module_path)
+    assert (job.state, job.attempt) == (JobState.RETRYABLE, 1)
+    assert job.errors[0]["exception"] == "builtins.KeyboardInterrupt"
 
 
 # --- signal order in immediate mode -----------------------------------------------------------
@@ -171,9 +212,23 @@ def test_immediate__rolled_back_enqueue_sends_nothing_and_runs_nothing(signals: 
             raise RuntimeError("undo")
         assert signals.of(result.id) == []
         assert not Job.objects.exists()
+    assert result.status == TaskResultStatus.READY and result.attempts == 0
+    assert result.started_at is None and result.finished_at is None
 
 
 # --- result freshness in immediate mode ---------------------------------------------------------
+
+
+def assert_as_stored(result: Any) -> None:
+    """``result`` says what the job row says, with no refresh(): the fields refresh() reloads."""
+    stored = result.task.get_result(result.id)
+    assert result.status == stored.status and result.is_finished
+    assert result.enqueued_at == stored.enqueued_at
+    assert result.started_at == stored.started_at is not None
+    assert result.last_attempted_at == stored.last_attempted_at == result.started_at
+    assert result.finished_at == stored.finished_at is not None
+    assert result.worker_ids == stored.worker_ids == ["attempt-1"]
+    assert result.errors == stored.errors
 
 
 @pytest.mark.django_db(transaction=True)
@@ -189,16 +244,32 @@ def test_immediate__enqueue_outside_a_transaction_returns_the_finished_result() 
     assert coroutine.status == TaskResultStatus.SUCCESSFUL and coroutine.return_value == 11  # type: ignore[comparison-overlap]
     assert failed.status == TaskResultStatus.FAILED
     assert [error.exception_class_path for error in failed.errors] == ["tests.tasks.tasks.BoomError"]
+    for result in (done, failed, coroutine):
+        assert_as_stored(result)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_immediate__enqueue_inside_a_transaction_is_ready_and_runs_at_commit() -> None:
+def test_immediate__enqueue_inside_a_transaction_is_ready_then_the_held_result_learns_the_run_at_commit() -> None:
     with override_settings(AWA=IMMEDIATE):
         with transaction.atomic():
             result = add.enqueue(2, 3)
-            assert result.status == TaskResultStatus.READY
-        assert result.status == TaskResultStatus.READY  # a value: what it was when returned
-        assert add.get_result(result.id).return_value == 5
+            failed = boom.enqueue("at commit")
+            assert result.status == failed.status == TaskResultStatus.READY
+            assert not result.worker_ids and result.started_at is None
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+        assert failed.status == TaskResultStatus.FAILED
+        assert [error.exception_class_path for error in failed.errors] == ["tests.tasks.tasks.BoomError"]
+    assert_as_stored(result)
+    assert_as_stored(failed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_immediate__the_result_task_enqueued_carries_is_the_one_returned(signals: Signals) -> None:
+    """As in Django's ImmediateBackend: one object, updated by the run."""
+    with override_settings(AWA=IMMEDIATE):
+        result = add.enqueue(1, 2)
+    [sent] = signals.results(result.id, "enqueued")
+    assert sent is result and sent.status == TaskResultStatus.SUCCESSFUL
 
 
 # --- error types ---------------------------------------------------------------------------------
@@ -289,6 +360,20 @@ def test_missing_task_module__worker__fails_with_ImportError_naming_the_module()
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_unknown_task__a_worker_started_without_TASKS__fails_it_naming_TASKS_and_a_restart() -> None:
+    """A worker whose registry has no Tasks backend (started before TASKS was set) does not know
+    the task: the error on the job says to configure TASKS and restart, not to write a @job."""
+    result = add.enqueue(1, 2)
+    with running_worker(make_config(["default"]), registry=Registry()):
+        failed = wait_for_row(int(result.id), state="failed")
+    error = failed.errors[0]["error"]
+    assert error.startswith(f"no handler registered for kind {add.module_path!r}; it is a Tasks framework task")
+    assert f"configure TASKS['default'] with 'BACKEND': '{AwaBackend.__module__}.{AwaBackend.__qualname__}'" in error
+    assert error.endswith("then restart the worker")
+    assert "@job" not in error and "jobs.py" not in error
+
+
 @pytest.mark.django_db
 def test_missing_top_level_package__is_an_unknown_kind_as_for_any_job() -> None:
     """``emails.send_welcome`` with no app ``emails``: a job kind nothing registered, not a path."""
@@ -297,6 +382,7 @@ def test_missing_top_level_package__is_an_unknown_kind_as_for_any_job() -> None:
     assert run.state == JobState.FAILED
     error = Job.objects.get(pk=job.pk).errors[0]["error"]
     assert error.startswith("no handler registered for kind 'gone_package.tasks.send'")
+    assert "deploy the code that defines it" in error and "@job" not in error  # TASKS is configured here
 
 
 @pytest.mark.django_db

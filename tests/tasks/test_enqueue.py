@@ -12,9 +12,12 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from awa_django.backends import AwaBackend, job_priority
+from awa_django.backends import AwaBackend, head_start, job_priority
 from awa_django.models import Job
 from testproject.demo.tasks import add
 from tests.tasks.framework import (
@@ -26,7 +29,7 @@ from tests.tasks.framework import (
     task_backends,
     task_enqueued,
 )
-from tests.tasks.tasks import add_async, echo, flaky
+from tests.tasks.tasks import add_async, echo, flaky, label
 
 BACKEND = "awa_django.backends.AwaBackend"
 
@@ -192,6 +195,59 @@ def test_task_enqueued__is_sent_when_the_transaction_commits(enqueued: list[Any]
     sender, sent = enqueued[0]
     assert sender is AwaBackend
     assert sent.id == result.id and sent.status == TaskResultStatus.READY
+
+
+# --- one statement per enqueue, as Django's database backend --------------------------------
+
+PRIORITY = st.none() | st.integers(min_value=-100, max_value=100)  # None: the task's default
+
+
+def enqueue_counted(priority: int | None) -> tuple[Any, list[str]]:
+    """Enqueue ``label`` at ``priority`` and return its result and every statement it sent."""
+    task_ = label if priority is None else label.using(priority=priority)
+    task_.enqueue("warm")  # the enqueue notices read the live workers at most once a window: not this one
+    with CaptureQueriesContext(connections["default"]) as captured:
+        result = task_.enqueue("counted")
+    return result, [query["sql"] for query in captured.captured_queries]
+
+
+def assert_one_insert(result: Any, statements: list[str], priority: int | None) -> None:
+    assert len(statements) == 1 and statements[0].lstrip().startswith("INSERT INTO"), statements
+    job = Job.objects.get(pk=int(result.id))
+    assert job.state == "available"
+    # The head start inside the lane is still taken from the database's clock, in that INSERT.
+    assert job.run_at == job.created_at - head_start(0 if priority is None else priority)
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(priority=PRIORITY)
+@example(priority=None)
+def test_enqueue__autocommit__is_one_statement_at_any_priority(priority: int | None) -> None:
+    result, statements = enqueue_counted(priority)
+    assert_one_insert(result, statements, priority)
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(priority=PRIORITY, immediate=st.booleans())
+@example(priority=None, immediate=False)
+def test_enqueue__inside_a_transaction__is_one_statement_at_any_priority(priority: int | None, immediate: bool) -> None:
+    """In immediate mode too: the task runs at the commit, and until then the enqueue is the INSERT."""
+    with override_settings(AWA={"EXECUTION": "immediate"} if immediate else {}), transaction.atomic():
+        result, statements = enqueue_counted(priority)
+        assert_one_insert(result, statements, priority)
+        transaction.set_rollback(True)  # nothing runs, nothing stays
+
+
+@pytest.mark.django_db
+def test_enqueue__assert_num_queries_on_the_default_and_the_extremes(
+    django_assert_num_queries: Any,
+) -> None:
+    for task_ in (add, add.using(priority=100), add.using(priority=-100), add.using(priority=37)):
+        task_.enqueue(0, 0)  # the notices' window
+        with django_assert_num_queries(1):
+            task_.enqueue(1, 2)
 
 
 @pytest.mark.django_db

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from awa_django.backends import connect_task_backends, resolve_task
-from awa_django.registry import JobHandler, Registry, registry
+from awa_django.backends import AwaBackend, connect_task_backends, resolve_task
+from awa_django.registry import TASK_METADATA_KEY, TASKS_BACKEND_PATH, JobHandler, Registry, registry
 from tests.tasks.tasks import add_async, label
 
 
@@ -89,3 +89,32 @@ def test_resolve_task__a_module_that_fails_to_import_gives_a_handler_raising_its
     assert handler is not None
     with pytest.raises(RuntimeError, match="fails to import on purpose"):
         handler.func(None)
+
+
+# --- the unknown-kind hint: a task's job names TASKS, any other job @job ----------------------
+
+TASK_METADATA = {TASK_METADATA_KEY: {"backend": "reports", "priority": 0, "run_after": None}}
+
+
+def test_unknown_kind_hint__a_plain_job__names_job_and_jobs_py() -> None:
+    hint = Registry().unknown_kind_hint("shop.tasks.add", {"other": 1})
+    assert hint == "register one with @job('shop.tasks.add') in an installed app's jobs.py"
+
+
+def test_unknown_kind_hint__a_task_in_a_process_without_the_backend__names_TASKS_and_a_restart() -> None:
+    hint = Registry().unknown_kind_hint("shop.tasks.add", TASK_METADATA)
+    assert "TASKS['reports']" in hint and f"'BACKEND': '{TASKS_BACKEND_PATH}'" in hint
+    assert hint.endswith("restart the worker")
+    assert "@job" not in hint and "jobs.py" not in hint
+
+
+def test_unknown_kind_hint__a_task_where_the_backend_is_configured__names_the_code_to_deploy() -> None:
+    target = Registry()
+    target.add_resolver(resolve_task, queues=["reports"])
+    hint = target.unknown_kind_hint("shop.tasks.add", TASK_METADATA)
+    assert "does not import in this worker" in hint and "deploy the code" in hint
+    assert "TASKS" not in hint and "@job" not in hint
+
+
+def test_unknown_kind_hint__names_the_backend_by_its_real_path() -> None:
+    assert f"{AwaBackend.__module__}.{AwaBackend.__qualname__}" == TASKS_BACKEND_PATH

@@ -39,11 +39,14 @@ def finished(task: Any, result_id: str, timeout: float = 30.0) -> Any:
 
 
 class Signals:
-    """Every task signal sent, as (name, sender, task_result), from whichever thread sent it."""
+    """Every task signal sent, as (name, sender, task_result), from whichever thread sent it, and
+    the result's status when it was sent (immediate mode updates the result it returns, which is
+    the one task_enqueued carries, as Django's ImmediateBackend does)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sent: list[tuple[str, type, Any]] = []
+        self.statuses: list[str] = []
         self.receivers = {
             signal: self._receiver(name)
             for name, signal in [("enqueued", task_enqueued), ("started", task_started), ("finished", task_finished)]
@@ -53,12 +56,17 @@ class Signals:
         def receive(sender: type, task_result: Any, **kwargs: Any) -> None:
             with self.lock:
                 self.sent.append((name, sender, task_result))
+                self.statuses.append(str(task_result.status))
 
         return receive
 
     def of(self, result_id: str) -> list[tuple[str, str]]:
         with self.lock:
-            return [(name, str(result.status)) for name, _, result in self.sent if result.id == result_id]
+            return [
+                (name, status)
+                for (name, _, result), status in zip(self.sent, self.statuses, strict=True)
+                if result.id == result_id
+            ]
 
     def results(self, result_id: str, name: str) -> list[Any]:
         with self.lock:
