@@ -13,13 +13,14 @@ from argparse import ArgumentParser
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError, connections
 
 from awa_django.conf import CAPACITY_SCOPES, EVENT_LOOPS, AwaSettings, InvalidSettingsError, awa_settings
 from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.observability import joblog
 from awa_django.observability.endpoints import EndpointServer
 from awa_django.observability.probes import Probes, expected_migrations
 from awa_django.observability.sink import MetricsSink, load_sink
@@ -35,6 +36,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# What each -v shows: the level of the "awa_django" logger, the level of "awa_django.jobs" (one
+# line per attempt outcome, completed at DEBUG), and the words of --help. The worker's own DEBUG
+# lines (claims, hand-overs, wake-ups, notifications) come several per job, so they wait for -v 3.
+VERBOSITY: dict[int, tuple[int, int, str]] = {
+    0: (logging.WARNING, logging.WARNING, "warnings and errors: failed, cancelled, lost and rescued jobs"),
+    1: (
+        logging.INFO,
+        logging.INFO,
+        "also start and stop, each retry, and a summary every --summary-interval while jobs run (the default; "
+        "a level LOGGING sets for the awa_django logger is kept)",
+    ),
+    2: (logging.INFO, logging.DEBUG, "also a line for every completed job"),
+    3: (logging.DEBUG, logging.DEBUG, "also the worker's internals at DEBUG: claims, hand-overs, wake-ups"),
+}
+VERBOSITY_HELP = "; ".join(f"{level}: {words}" for level, (_, _, words) in VERBOSITY.items())
 
 
 def command_settings() -> AwaSettings:
@@ -111,6 +128,11 @@ def with_database(alias: str, timeout: float, what: str, operation: Callable[[],
 
 class Command(BaseCommand):
     help = "Run an awa_django worker: one dispatcher per queue, until SIGTERM/SIGINT (a second signal stops at once)."
+
+    def add_base_argument(self, parser: CommandParser, *args: Any, **kwargs: Any) -> None:
+        if "--verbosity" in args:  # Django's words ("2=verbose output") do not say what the worker logs
+            kwargs["help"] = VERBOSITY_HELP
+        super().add_base_argument(parser, *args, **kwargs)
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
@@ -388,9 +410,12 @@ class Command(BaseCommand):
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("awa_django")
-        level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        verbosity = min(max(verbosity, 0), max(VERBOSITY))
+        level, jobs_level, _ = VERBOSITY[verbosity]
         if verbosity != 1 or logger.level == logging.NOTSET:
             logger.setLevel(level)
+        if verbosity != 1:  # at -v 1 the job lines follow awa_django's level, LOGGING's if it set one
+            joblog.logger.setLevel(jobs_level)
         if not logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
