@@ -4,8 +4,12 @@ A job's args reach its handler as keyword arguments (``handler(**args)``, after 
 for ``takes_context=True``). ``ArgsCheck.of(func)`` reads the handler's signature once, when it
 registers, and keeps what the check needs: the names a keyword may bind, the ones that must be
 given, whether ``**kwargs`` takes the rest, and a type test for each parameter annotated with a
-simple type. ``problem(args)`` is then a few set operations: it accepts exactly the dicts that
-``inspect.signature(func).bind(**args)`` accepts (with the context bound first), and, where a
+simple type. ``problem(args)`` is then a few set operations: it accepts exactly the dicts with
+which Python itself can call ``func(**args)`` (with the context passed first), except that a
+positional-only name given by name is refused even where ``**kwargs`` would take it (the handler
+would not get it under the name it gave; ``inspect``'s bind, which the worker asks, refuses it on
+3.11 and 3.12, and 3.13.0's bind is no guide: it accepts ``(a, /, **kwargs)`` with ``{"a": 1}``,
+a call Python refuses), and, where a
 parameter is annotated ``int``, ``str``, ``bool``, ``float``, ``list``, ``dict``, ``None`` or a
 union of those (``int | None``), a value of that type. The type test checks, never converts:
 ``True`` is not an ``int``, ``"1"`` is not an ``int``; an ``int`` is a ``float`` (JSON has one
