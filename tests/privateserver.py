@@ -32,6 +32,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from awa_django.states import JobState
 from testproject import embedded
 from tests.harness import ROOT
 from tests.skiprule import missing_dependency
@@ -236,3 +237,15 @@ def migrated_server(name: str) -> Iterator[PrivateServer]:
         server.create_database()
         server.migrate()
         yield server
+
+
+# Reads of the awa tables on a private server (tests/worker/support.py has the test database's).
+
+
+def state_counts(server: PrivateServer) -> dict[str, int]:
+    """Jobs by state on the server's database."""
+    return {state: int(n) for state, n in server.rows("SELECT state, count(*) FROM awa_job GROUP BY state")}
+
+
+def completed_jobs(server: PrivateServer) -> int:
+    return int(server.value("SELECT count(*) FROM awa_job WHERE state = %s", [JobState.COMPLETED.value]))

@@ -3,28 +3,29 @@ stays stuck, and every job's final attempt ran to completion exactly once.
 
 Builds on test_crash (one SIGKILL, one rescuer) and test_db_restart (one restart, one worker):
 here two workers share the run, one is killed, replaced, the server restarts, the other is
-killed and replaced, and the survivors finish. Restarts the embedded server, so it is skipped
-when DATABASE_URL points elsewhere.
+killed and replaced, and the survivors finish. Like test_db_restart, it restarts a private
+server of its own (tests/privateserver.py), never the one the other tests share, so it runs
+beside them and on any DATABASE_URL.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from django.db import connection
 
-from awa_django.models import Job, WorkerInstance
-from testproject.demo.models import Execution
 from tests.harness import wait_until
-from tests.skiprule import missing_dependency
-from tests.worker.support import SpawnedWorker, Spawner, state_counts
-from tests.worker.test_db_restart import _ensure_server_running, _restart_server, _tolerant
+from tests.privateserver import PrivateServer, completed_jobs, migrated_server, state_counts
+from tests.worker.support import SpawnedWorker, Spawner
 
-JOBS = 1200
+# Two waves: the first is under way when first is killed; the second is enqueued once third runs
+# (see the test), and the restart and the last kill are counted from it.
+FIRST_WAVE, SECOND_WAVE = 400, 800
+JOBS = FIRST_WAVE + SECOND_WAVE
 WORKER_ARGS = (
     "-q",
     "chaos",
@@ -39,17 +40,30 @@ WORKER_ARGS = (
 )
 
 
-def _completed() -> int:
-    return Job.objects.completed().count()
+@pytest.fixture
+def server() -> Iterator[PrivateServer]:
+    with migrated_server("awa_chaos") as private:
+        yield private
 
 
-def _wait_running(worker: SpawnedWorker) -> None:
+@pytest.fixture
+def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
+    """Workers on the private server; any still running at teardown is killed."""
+    spawner = Spawner(tmp_path, env=server.env())
+    try:
+        yield spawner
+    finally:
+        spawner.reap()
+
+
+def _wait_running(server: PrivateServer, worker: SpawnedWorker) -> None:
     """Until the worker has written its first snapshot: past Django's start, its signal handlers
     installed and its pool open (a SIGTERM sooner would end the process before it could drain)."""
+    pid = worker.process.pid
     wait_until(
-        _tolerant(lambda: WorkerInstance.objects.filter(pid=worker.process.pid).exists()),
+        lambda: server.rows("SELECT 1 FROM awa_worker_instance WHERE pid = %s", [pid]),
         timeout=60,
-        what=f"worker pid {worker.process.pid} to write its first snapshot",
+        what=f"worker pid {pid} to write its first snapshot",
     )
 
 
@@ -59,60 +73,62 @@ def _kill(worker: SpawnedWorker) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    bool(os.environ.get("DATABASE_URL")),
-    reason=missing_dependency("the embedded PostgreSQL (this test restarts it)", "unset DATABASE_URL"),
-)
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.subprocess
 @pytest.mark.parametrize("scope", ["process", "cluster"])
 def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_none_stuck(
-    spawn: Spawner, scope: str
+    server: PrivateServer, spawn_private: Spawner, scope: str
 ) -> None:
     # In cluster scope the workers share one global maximum through the leader's caps, which
     # must survive the kills (the leader among them) and the restart as well.
     args = (*WORKER_ARGS, "--capacity-scope", scope, "--global-max-workers", "16")
     rng = random.Random(1200)
-    Job.objects.enqueue_many(
-        [
-            {"kind": "record", "queue": "chaos", "args": {"seconds": round(rng.uniform(0.02, 0.1), 3)}}
-            for _ in range(JOBS)
-        ]
-    )
-    first, second = spawn(*args, name="first"), spawn(*args, name="second")
 
-    wait_until(lambda: _completed() >= 150, timeout=60, what="150 completed jobs")
+    def wave(size: int) -> None:
+        server.enqueue_many(
+            [
+                {"kind": "record", "queue": "chaos", "args": {"seconds": round(rng.uniform(0.02, 0.1), 3)}}
+                for _ in range(size)
+            ]
+        )
+
+    wave(FIRST_WAVE)
+    first, second = spawn_private(*args, name="first"), spawn_private(*args, name="second")
+
+    wait_until(lambda: completed_jobs(server) >= 150, timeout=60, what="150 completed jobs")
     _kill(first)
-    third = spawn(*args, name="third")
-    # The restart meets third running, not starting up (a start during a restart is
-    # tests/testproject/test_embedded.py's case): it must reconnect by itself.
-    _wait_running(third)
+    third = spawn_private(*args, name="third")
+    # The restart meets third running, not starting up (a worker started while its server is down
+    # is tests/worker/test_startup.py's case): it must reconnect by itself.
+    _wait_running(server, third)
+    # Only now the second wave. A worker's start takes seconds, and second alone may drain any
+    # backlog meanwhile (the jobs are short); counted from a wave enqueued after the start, the
+    # restart and the last kill land mid-run however fast the machine runs the jobs.
+    wave(SECOND_WAVE)
 
-    wait_until(lambda: _completed() >= 400, timeout=60, what="400 completed jobs")
-    try:
-        _restart_server()
-    finally:
-        _ensure_server_running()
-    connection.close()  # the restart dropped this session too
+    target = FIRST_WAVE + 250
+    wait_until(lambda: completed_jobs(server) >= target, timeout=60, what=f"{target} completed jobs")
+    server.restart()  # every session dropped, the workers' among them; checked to be a new postmaster
 
-    wait_until(_tolerant(lambda: _completed() >= 650), timeout=60, what="650 completed jobs")
+    target = FIRST_WAVE + 500
+    wait_until(lambda: completed_jobs(server) >= target, timeout=60, what=f"{target} completed jobs")
     _kill(second)
-    assert _completed() < JOBS, "every job completed before the last kill: the run was too short"
-    fourth = spawn(*args, name="fourth")
-    _wait_running(fourth)
+    assert completed_jobs(server) < JOBS, "every job completed before the last kill: the run was too short"
+    fourth = spawn_private(*args, name="fourth")
+    _wait_running(server, fourth)
 
-    wait_until(_tolerant(lambda: _completed() == JOBS), timeout=120, what=f"{JOBS} completed jobs")
+    wait_until(lambda: completed_jobs(server) == JOBS, timeout=120, what=f"{JOBS} completed jobs")
     for survivor in (third, fourth):
-        survivor.assert_alive()  # each reconnected by itself through the restart
+        survivor.assert_alive()  # third reconnected by itself through the restart; nobody restarted it
         survivor.signal(signal.SIGTERM)
     for survivor in (third, fourth):
         assert survivor.wait_exit() == 0, survivor.log[-4000:]
 
-    assert state_counts() == {"completed": JOBS}  # nothing lost, nothing left running
+    assert state_counts(server) == {"completed": JOBS}  # nothing lost, nothing left running
     # Every job's final attempt ran once, to its end (the handler's own rows say so).
-    finished = Counter(Execution.objects.filter(finished_at__isnull=False).values_list("job_id", "run_lease"))
-    final = dict(Job.objects.values_list("pk", "run_lease"))
+    finished = Counter(server.rows("SELECT job_id, run_lease FROM demo_execution WHERE finished_at IS NOT NULL"))
+    final = dict(server.rows("SELECT id, run_lease FROM awa_job"))
     assert {pk: finished[(pk, lease)] for pk, lease in final.items() if finished[(pk, lease)] != 1} == {}
     # Attempts were spent only on the kills and the restart, never in a loop.
-    attempts = Counter(Job.objects.values_list("attempt", flat=True))
+    attempts = Counter(attempt for (attempt,) in server.rows("SELECT attempt FROM awa_job"))
     assert set(attempts) <= {1, 2, 3}, attempts
     assert attempts[1] < JOBS, "no job needed a second attempt: neither a kill nor the restart interrupted any"

@@ -1,73 +1,57 @@
 """A database restart mid-run: the worker reconnects by itself and every job still completes.
 
-Restarts the shared embedded server (other test runs on it see a second's disruption; the test
-restarts it once and always leaves it running). Skipped when DATABASE_URL points elsewhere.
+The restarted server is a private one (tests/privateserver.py), built for this test and holding
+its jobs and its worker's sessions: the server the other tests share is never touched, so this
+test runs beside them, and also when DATABASE_URL points elsewhere (it needs only the embedded
+server's programs, which the test extras install).
 """
 
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
 
-import psycopg
 import pytest
-from django.db import connection
-from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
-from awa_django.models import Job
-from testproject import embedded
 from tests.harness import wait_until
-from tests.skiprule import missing_dependency
-from tests.worker.support import Spawner, state_counts
+from tests.privateserver import PrivateServer, completed_jobs, migrated_server, state_counts
+from tests.worker.support import Spawner
 
 JOBS = 2000
 WORKER_ARGS = ("-q", "restart", "--poll-interval", "0.5", "--heartbeat-interval", "1", "--heartbeat-staleness", "5")
 
 
-def _restart_server() -> None:
-    # Under the provider's lock: a worker that starts meanwhile waits for the restart to finish.
-    embedded.restart()
+@pytest.fixture
+def server() -> Iterator[PrivateServer]:
+    with migrated_server("awa_restart") as private:
+        yield private
 
 
-def _ensure_server_running() -> None:
-    embedded.socket_dir()
-
-
-def _tolerant(predicate: Callable[[], Any]) -> Callable[[], Any]:
-    """A predicate that reads through a database restart: a dropped connection means "not yet"."""
-
-    def check() -> Any:
-        try:
-            return predicate()
-        except (OperationalError, InterfaceError, DatabaseError, psycopg.Error):
-            connection.close()  # the next query opens a fresh connection
-            return False
-
-    return check
+@pytest.fixture
+def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
+    """Workers on the private server; any still running at teardown is killed."""
+    spawner = Spawner(tmp_path, env=server.env())
+    try:
+        yield spawner
+    finally:
+        spawner.reap()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    bool(os.environ.get("DATABASE_URL")),
-    reason=missing_dependency("the embedded PostgreSQL (this test restarts it)", "unset DATABASE_URL"),
-)
-@pytest.mark.django_db(transaction=True)
-def test_database_restart__worker_reconnects_by_itself_and_completes_every_job(spawn: Spawner) -> None:
+@pytest.mark.subprocess
+def test_database_restart__worker_reconnects_by_itself_and_completes_every_job(
+    server: PrivateServer, spawn_private: Spawner
+) -> None:
     # 2000 jobs of 0.2 s at 50 at once: the drain takes at least 8 s, so the restart lands mid-run.
-    Job.objects.enqueue_many([{"kind": "sleep", "queue": "restart", "args": {"seconds": 0.2}} for _ in range(JOBS)])
-    worker = spawn(*WORKER_ARGS, name="restart")
-    wait_until(lambda: Job.objects.completed().count() >= 200, timeout=120, what="200 completed jobs")
+    server.enqueue_many([{"kind": "sleep", "queue": "restart", "args": {"seconds": 0.2}} for _ in range(JOBS)])
+    worker = spawn_private(*WORKER_ARGS, name="restart")
+    wait_until(lambda: completed_jobs(server) >= 200, timeout=120, what="200 completed jobs")
 
-    try:
-        _restart_server()
-    finally:
-        _ensure_server_running()
-    connection.close()  # the restart dropped this session too
-    assert Job.objects.completed().count() < JOBS, "every job completed before the restart: nothing was tested"
+    server.restart()  # every session dropped, the worker's among them; checked to be a new postmaster
+    assert completed_jobs(server) < JOBS, "every job completed before the restart: nothing was tested"
 
-    wait_until(_tolerant(lambda: Job.objects.completed().count() == JOBS), timeout=300, what=f"{JOBS} completed jobs")
+    wait_until(lambda: completed_jobs(server) == JOBS, timeout=300, what=f"{JOBS} completed jobs")
     worker.assert_alive()  # it reconnected by itself: nobody restarted it
     log = worker.log
     retry_warnings = [
@@ -79,6 +63,7 @@ def test_database_restart__worker_reconnects_by_itself_and_completes_every_job(s
 
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log[-4000:]
-    assert state_counts() == {"completed": JOBS}
+    assert state_counts(server) == {"completed": JOBS}
     # A claim committed just as the server went down reaches no worker; the rescue runs it again.
-    assert set(Job.objects.values_list("attempt", flat=True)) <= {1, 2}
+    attempts = {attempt for (attempt,) in server.rows("SELECT DISTINCT attempt FROM awa_job")}
+    assert attempts <= {1, 2}, attempts
