@@ -9,21 +9,25 @@ and returning a str (``""`` is the default key), so no argument name of any task
 it. Without it every task's job has the default key. The framework comes from ``django.tasks``
 (Django 6) or else the ``django-tasks`` backport.
 
-A task is enqueued through ``Job.objects.enqueue`` on Django's connection, so it joins the
-caller's transaction: commit and it runs, roll back and it never existed; ``task_enqueued`` is
-sent when the job is committed, before anything runs it (``AWA["EXECUTION"] = "immediate"``
-runs it at that commit too: enqueued, started, finished, in that order). The job row is the
-task's whole record:
+A task is enqueued through the job manager's enqueue on Django's connection, in one statement
+(its INSERT, as Django's database backend), so it joins the caller's transaction: commit and it
+runs, roll back and it never existed; ``task_enqueued`` is sent when the job is committed,
+before anything runs it (``AWA["EXECUTION"] = "immediate"`` runs it at that commit too: enqueued,
+started, finished, in that order, and the TaskResult ``enqueue`` returned then says how the run
+ended, as Django's ImmediateBackend's does; a KeyboardInterrupt that ended it is raised again
+there, once its attempt is recorded, as that backend lets it through). The job row is the task's
+whole record:
 
 - ``kind`` is the task's module path, ``args`` is ``{"args": [...], "kwargs": {...}}``;
 - ``queue`` is ``queue_name``, ``run_at`` is ``run_after``;
 - ``priority``: the framework's -100..100 (higher runs sooner) onto our four lanes, 1 (first) …
   4: above 0 → 1, 0 (the default) → 2, -1..-50 → 3, below -50 → 4 (``job_priority``); inside a
   lane, a higher priority is an earlier ``run_at``, ``PRIORITY_STEP`` per point above the
-  lane's lowest (``head_start``), so the lane's (run_at, id) order keeps the framework's order
-  between tasks enqueued together (in one transaction: exactly; otherwise unless the lower one
-  was enqueued more than the difference of their head starts earlier). A task with
-  ``run_after`` is never run before it, so it gets no head start;
+  lane's lowest (``head_start``, taken from the database's now() by the INSERT), so the lane's
+  (run_at, id) order keeps the framework's order between tasks enqueued together (in one
+  transaction: exactly; otherwise unless the lower one was enqueued more than the difference of
+  their head starts earlier). A task with ``run_after`` is never run before it, so it gets no
+  head start;
 - ``metadata["task"]`` keeps what the row cannot: the backend alias and the exact priority and
   ``run_after``, so that ``TaskResult.task`` is the task as it was enqueued;
 - the result id is the job id; states map to READY (scheduled, available, retryable), RUNNING,
@@ -36,8 +40,10 @@ it with the stored args, gives ``takes_context`` tasks a ``TaskContext`` (attemp
 attempt), and sends ``task_started`` and ``task_finished`` around each attempt (an attempt that
 will be retried finishes FAILED; ``get_result`` then says READY until the next one), whatever
 ends it: an exception, ``SystemExit``, ``KeyboardInterrupt`` (the worker records those as the
-attempt's failure and runs on). Retries, backoff, heartbeats, deadlines and rescue are the job
-rules, as for any job.
+attempt's failure and runs on; immediate mode then raises a KeyboardInterrupt again). Retries,
+backoff, heartbeats, deadlines and rescue are the job rules, as for any job. A worker with no
+such resolver (started before ``TASKS`` named this backend) fails a task's job as an unknown
+kind whose hint says to configure ``TASKS`` and restart (``Registry.unknown_kind_hint``).
 
 Errors follow the framework's: an argument JSON cannot hold raises ``TypeError`` at enqueue; a
 return value it cannot hold fails the attempt with ``TypeError`` (``ValueError`` for bytes that

@@ -254,7 +254,7 @@ def test_immediate__enqueue_inside_a_transaction_is_ready_then_the_held_result_l
         with transaction.atomic():
             result = add.enqueue(2, 3)
             failed = boom.enqueue("at commit")
-            assert result.status == failed.status == TaskResultStatus.READY
+            assert (result.status, failed.status) == (TaskResultStatus.READY, TaskResultStatus.READY)
             assert not result.worker_ids and result.started_at is None
         assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
         assert failed.status == TaskResultStatus.FAILED
