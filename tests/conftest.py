@@ -29,6 +29,10 @@ from django.db import connection
 from psycopg import sql
 
 from awa_django.sql import JOBS_CHANNEL
+from tests import hypothesis_profiles
+
+# Before any test module is imported: every @settings(...) in the suite inherits the profile.
+hypothesis_profiles.load()
 
 # Skips for a missing dependency fail the run under AWA_REQUIRE_ALL=1 (CI): see tests/skiprule.py.
 pytest_plugins = ["tests.skiprule"]
@@ -58,6 +62,7 @@ def _needs_db(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    hypothesis_profiles.scale_examples(items)
     for item in items:
         spawns = item.get_closest_marker("subprocess") is not None or bool(
             _SUBPROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
@@ -68,6 +73,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.db)
         elif not spawns:
             item.add_marker(pytest.mark.pure)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """pytest-django's test database (one per xdist process: ``test_awa_gw0``, ...), with
+    ``synchronous_commit`` off for every session on it, worker subprocesses included.
+
+    A commit then returns before its WAL reaches the disk: on this machine's disk that is about
+    1 ms a commit instead of 8-11 ms, and the suite commits tens of thousands of times. Only a
+    crash of the server itself could lose a commit, and no test crashes the shared server (the
+    restart tests run their own, tests/privateserver.py). What every test observes, visibility
+    and locking, is the same.
+    """
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        statement = sql.SQL("ALTER DATABASE {} SET synchronous_commit TO off").format(
+            sql.Identifier(connection.settings_dict["NAME"])
+        )
+        with connect_outside_django() as conn:
+            conn.execute(statement)
+        connection.close()  # Django's next session starts with the setting
 
 
 @pytest.fixture(autouse=True)
