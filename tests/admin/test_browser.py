@@ -183,7 +183,8 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             stamp = unswapped(
                 driver, lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text
             )
-            WebDriverWait(driver, 15).until(
+            # Retried when the refresh swaps the element between its find and its read.
+            WebDriverWait(driver, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
                 lambda d: d.find_element(By.CSS_SELECTOR, ".awa-stat:last-child .awa-stat-value").text != stamp
             )
             assert "refresh failed" not in driver.find_element(By.ID, "awa-refresh-note").text

@@ -16,6 +16,8 @@ from tests.admin.test_history import roll_up
 __all__ = ["browser"]  # the fixture, used by name
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 
 @pytest.mark.django_db(transaction=True)
@@ -48,14 +50,15 @@ def test_history_in_chromium__from_the_dashboard_totals_match_the_database_and_c
     # The busiest queue is chosen: its bars and lines are on the page.
     busiest = max(expected, key=lambda q: sum(expected[q]))
     assert driver.find_element(By.ID, "awa-history-name").text == f"Queue {busiest}"
-    bars = driver.find_elements(By.CSS_SELECTOR, "#awa-history-throughput rect.awa-bar")
-    assert bars
+    wait_for(driver, "#awa-history-throughput rect.awa-bar")  # waited for, not read once
     label = driver.find_element(By.CSS_SELECTOR, "#awa-history-throughput svg").get_attribute("aria-label")
     assert f"{expected[busiest][0]} completed, {expected[busiest][1]} failed" in label
     assert driver.find_elements(By.CSS_SELECTOR, "#awa-history-failure-rate polyline.awa-line-rate")
 
     # Per kind, then a screenshot.
+    old_table = driver.find_element(By.ID, "awa-history-totals")
     driver.find_element(By.LINK_TEXT, "per kind").click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old_table))  # the new page, not the old one
     kinds = wait_for(driver, "#awa-history-totals").find_elements(By.CSS_SELECTOR, "tr[data-name]")
     assert [k.get_attribute("data-name") for k in kinds] == ["render"]
     assert screenshot(driver, "history.png").stat().st_size > 5_000
