@@ -77,3 +77,10 @@ async def exits_async() -> None:
 @task()
 def undecodable() -> bytes:
     return b"\xff\xfe"
+
+
+@task()
+def enqueues_label(name: str) -> dict[str, Any]:
+    """Enqueues ``label`` and reports what the result it got back said at that moment."""
+    inner = label.enqueue(name)
+    return {"id": inner.id, "status": str(inner.status)}

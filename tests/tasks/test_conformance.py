@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import transaction
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ from tests.tasks.tasks import (
     boom,
     calls_exit,
     echo,
+    enqueues_label,
     exits,
     exits_async,
     interrupted,
@@ -261,6 +263,27 @@ def test_immediate__enqueue_inside_a_transaction_is_ready_then_the_held_result_l
         assert [error.exception_class_path for error in failed.errors] == ["tests.tasks.tasks.BoomError"]
     assert_as_stored(result)
     assert_as_stored(failed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_immediate__a_task_enqueued_by_a_running_task_runs_after_it_and_its_result_says_ready() -> None:
+    with override_settings(AWA=IMMEDIATE):
+        outer = enqueues_label.enqueue("inner")
+    assert outer.status == TaskResultStatus.SUCCESSFUL
+    assert outer.return_value["status"] == "READY"  # the inner task had not run yet
+    inner = label.get_result(outer.return_value["id"])
+    assert inner.status == TaskResultStatus.SUCCESSFUL and inner.return_value == "inner"
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_immediate__aenqueue_returns_the_finished_result_too() -> None:
+    try:
+        with override_settings(AWA=IMMEDIATE):
+            result = await add_async.aenqueue(4, 5)
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 9  # type: ignore[comparison-overlap]
+    finally:
+        await sync_to_async(connections.close_all)()  # aenqueue ran in asgiref's thread, on its own connection
 
 
 @pytest.mark.django_db(transaction=True)
