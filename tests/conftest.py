@@ -18,7 +18,9 @@ and ``listener`` open one with Django's own connection parameters, outside Djang
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +35,12 @@ from tests import hypothesis_profiles
 
 # Before any test module is imported: every @settings(...) in the suite inherits the profile.
 hypothesis_profiles.load()
+
+# Bytecode caches on, whatever the environment says (these machines set PYTHONDONTWRITEBYTECODE):
+# without them each pytest process rewrites the asserts of every test module again (collection
+# took 64 s instead of 17 s here), and each awa_worker subprocess compiles the package again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Skips for a missing dependency fail the run under AWA_REQUIRE_ALL=1 (CI): see tests/skiprule.py.
 pytest_plugins = ["tests.skiprule"]
