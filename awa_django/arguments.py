@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awa_django.exceptions import InvalidJobError
+from awa_django.validation import brief
 
 _SIMPLE: dict[Any, tuple[type, ...]] = {
     int: (int,),
@@ -192,6 +193,14 @@ class ArgsCheck:
                 if test is not None and type(value) not in test.exact and not test.accepts(value):
                     return f"argument {name!r} is {type(value).__name__} {value!r:.80}, not {test.text}"
         return None
+
+    def mismatch(self, kind: str, args: Mapping[str, Any]) -> str | None:
+        """Why ``args`` cannot call the handler of ``kind``, as a sentence naming the argument and the
+        handler (what a form error or a system check says), or None if they can."""
+        problem = self.problem(args)
+        if problem is None:
+            return None
+        return f"args {brief(dict(args))} do not match the handler of {kind!r}: {problem}; it is {self.text}"
 
     def error(self, kind: str, args: Mapping[str, Any], problem: str, index: int | None = None) -> InvalidJobError:
         """The InvalidJobError for ``problem``: it names the kind, the names and the signature."""

@@ -274,7 +274,8 @@ def check_fair_keys(app_configs: Any = None, databases: Any = None, **kwargs: An
 @register(Tags.database)  # reads rows: runs with `migrate` and `check --database default`
 def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.E009: a Schedule row's cron or time zone is invalid (the leader would skip it);
-    awa.W002: an active schedule fires a kind no handler runs (its jobs would fail).
+    awa.W002: an active schedule fires a kind no handler runs (its jobs would fail); awa.W009: an
+    active schedule's args do not fit its handler's signature (each fire's enqueue would refuse them).
 
     Schedules declared in code are validated when declared (``@job(cron=…)``, ``schedule(…)``);
     this catches rows written around the admin form. Skipped while the database is unreachable.
@@ -296,12 +297,12 @@ def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: An
             rows = list(
                 Schedule.objects.using(alias)
                 .order_by("name")
-                .values_list("name", "kind", "cron", "timezone", "paused", "removed_from_code_at")
+                .values_list("name", "kind", "cron", "timezone", "paused", "removed_from_code_at", "args")
             )
     except DatabaseError:
         return []
     messages: list[CheckMessage] = []
-    for name, kind, cron, tz, paused, removed in rows:
+    for name, kind, cron, tz, paused, removed, args in rows:
         try:
             parse(cron, tz, name=name)
         except InvalidScheduleError as exc:
@@ -313,13 +314,32 @@ def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: An
                     id="awa.E009",
                 )
             )
-        if not paused and removed is None and registry.get(kind) is None:
+        if paused or removed is not None:
+            continue
+        handler = registry.get(kind)
+        if handler is None:
             messages.append(
                 Warning(
                     f"schedule {name!r} fires kind {kind!r}, which no @job handler registers; its jobs would fail",
                     hint=f"register a handler with @job({kind!r}), or pause or delete schedule {name!r}",
                     obj=name,
                     id="awa.W002",
+                )
+            )
+            continue
+        check = handler.args_check
+        if not isinstance(args, dict):
+            mismatch: str | None = f"args {args!r:.80} are not a JSON object"
+        else:
+            mismatch = check.mismatch(kind, args) if check is not None else None
+        if mismatch is not None:
+            messages.append(
+                Warning(
+                    f"schedule {name!r}: {mismatch}; each job it fires would be refused",
+                    hint=f"correct the args of schedule {name!r} in the Schedule admin (or in the code that "
+                    "declares it), or pause it",
+                    obj=name,
+                    id="awa.W009",
                 )
             )
     return messages

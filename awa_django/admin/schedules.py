@@ -23,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from awa_django.cron import parse
-from awa_django.exceptions import InvalidScheduleError
+from awa_django.exceptions import AwaError, InvalidScheduleError
 from awa_django.forms import FairKeyField
 from awa_django.models import Job, Schedule, ScheduleSource
 from awa_django.registry import registry
@@ -74,7 +74,21 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         args = data.get("args")
         if "args" in data and not isinstance(args, dict):
             self.add_error("args", f"args must be a JSON object ({{...}}), not {type(args).__name__}: {args!r}")
+        elif kind and isinstance(args, dict) and self._fires_with(data):
+            handler = registry.get(kind)
+            check = handler.args_check if handler is not None else None  # no handler: the kind's error says so
+            problem = check.mismatch(kind, args) if check is not None else None
+            if problem is not None:
+                self.add_error("args", problem)
         return data
+
+    def _fires_with(self, data: dict[str, Any]) -> bool:
+        """Whether the args must fit now: the schedule is saved active, or new, or with another kind or
+        other args (a paused row left as it is may keep args its handler no longer takes, until it is
+        resumed). Compared with the row (``clean`` runs before the form writes to it): the form's
+        changed_data lists args even when the posted JSON is the row's own."""
+        row = self.instance
+        return not data.get("paused") or row.pk is None or (data.get("kind"), data.get("args")) != (row.kind, row.args)
 
 
 def _local(moment: datetime | None, tz: str) -> str:
@@ -183,6 +197,17 @@ class ScheduleAdmin(_ScheduleAdminBase):
     @admin.action(description="Run selected schedules now (the schedule does not move)", permissions=["change"])
     def run_selected_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
-        jobs = run_schedules_now(names)
-        ids = ", ".join(f"#{job.pk}" for job in jobs)
-        self.message_user(request, f"Enqueued {len(jobs)} job(s) now: {ids}.", messages.SUCCESS)
+        jobs: list[Job] = []
+        for name in names:  # one at a time: a row whose job cannot be enqueued must not stop the others
+            try:
+                jobs.extend(run_schedules_now([name]))
+            except AwaError as exc:  # e.g. InvalidJobError: args written around this admin's form
+                self.message_user(
+                    request,
+                    f"Schedule {name!r} was not run: {exc}. Correct its kind or args on its page (or in the "
+                    "code that declares it), then run it again.",
+                    messages.ERROR,
+                )
+        if jobs or not names:
+            ids = ", ".join(f"#{job.pk}" for job in jobs)
+            self.message_user(request, f"Enqueued {len(jobs)} job(s) now: {ids}.", messages.SUCCESS)

@@ -140,3 +140,81 @@ def test_check_schedules__bad_rows_are_e008_unknown_kinds_w002() -> None:
         (Warning, "awa.W002", "orphan"),
     ]
     assert "cron '0 25 * * *'" in messages[0].msg and "Schedule admin" in (messages[0].hint or "")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ('{"user": 1}', "unknown argument(s) ['user']"),
+        ("{}", "missing required argument(s) ['user_id']"),
+        ('{"user_id": "7"}', "argument 'user_id' is str '7', not int"),
+    ],
+)
+def test_add__args_that_do_not_fit_the_handler_are_a_form_error_naming_argument_and_handler(
+    client: Client, args: str, words: str
+) -> None:
+    response = client.post(reverse("admin:awa_schedule_add"), form_data(kind="send_welcome", args=args))
+
+    assert response.status_code == 200
+    (error,) = errors_of(response)["args"]
+    assert words in error
+    assert "do not match the handler of 'send_welcome'" in error and "send_welcome(user_id: int)" in error
+    assert not Schedule.objects.exists()
+
+
+def test_add__args_that_fit_the_handler_are_saved(client: Client) -> None:
+    response = client.post(reverse("admin:awa_schedule_add"), form_data(kind="send_welcome", args='{"user_id": 7}'))
+
+    assert response.status_code == 302, errors_of(response)
+    assert Schedule.objects.get(name="nightly").args == {"user_id": 7}
+
+
+def test_change__a_paused_row_left_as_it_is_may_keep_bad_args_until_resumed(client: Client) -> None:
+    row = save_schedule(Schedule(name="nightly", kind="send_welcome", cron="0 3 * * *", args={"user": 1}, paused=True))
+    url = reverse("admin:awa_schedule_change", args=[row.pk])
+    data = form_data(kind="send_welcome", args='{"user": 1}', paused="on")
+    del data["name"]  # read-only once saved
+
+    first = client.post(url, data)  # e.g. its priority edited, still paused
+    assert first.status_code == 302, errors_of(first)
+    del data["paused"]
+    response = client.post(url, data)  # resumed through the form: now its args must fit
+    assert response.status_code == 200
+    assert "unknown argument(s) ['user']" in errors_of(response)["args"][0]
+    assert Schedule.objects.get(pk=row.pk).paused
+
+
+def test_actions__run_now_of_a_row_with_bad_args_is_a_message_not_a_500(client: Client) -> None:
+    """Rows written around the form (a migration, the shell) are run one by one: the good one runs."""
+    bad = Schedule.objects.create(name="bad", kind="send_welcome", cron="0 3 * * *", args={"user": 1})
+    good = Schedule.objects.create(name="good", kind="send_welcome", cron="0 3 * * *", args={"user_id": 7})
+    url = reverse("admin:awa_schedule_changelist")
+
+    response = client.post(url, {"action": "run_selected_now", "_selected_action": [bad.pk, good.pk]}, follow=True)
+
+    assert response.status_code == 200
+    texts = [(m.level_tag, str(m)) for m in response.context["messages"]]
+    (job,) = Job.objects.all()
+    assert job.metadata["schedule"] == "good"
+    assert ("success", f"Enqueued 1 job(s) now: #{job.pk}.") in texts
+    (error,) = [text for level, text in texts if level == "error"]
+    assert error.startswith("Schedule 'bad' was not run: ")
+    assert "unknown argument(s) ['user']" in error and "send_welcome(user_id: int)" in error
+    assert "Correct its kind or args" in error
+
+
+def test_check_schedules__active_row_whose_args_do_not_fit_its_handler_is_w009() -> None:
+    Schedule.objects.create(name="bad_args", kind="send_welcome", cron="0 3 * * *", args={"user": 1})
+    Schedule.objects.create(name="not_an_object", kind="send_welcome", cron="0 3 * * *", args=[7])
+    Schedule.objects.create(name="bad_but_paused", kind="send_welcome", cron="0 3 * * *", args={}, paused=True)
+    Schedule.objects.create(name="fits", kind="send_welcome", cron="0 3 * * *", args={"user_id": 7})
+
+    messages = check_schedules(databases=["default"])
+
+    assert [(type(m), m.id, m.obj) for m in messages] == [
+        (Warning, "awa.W009", "bad_args"),
+        (Warning, "awa.W009", "not_an_object"),
+    ]
+    assert "unknown argument(s) ['user']" in messages[0].msg and "send_welcome(user_id: int)" in messages[0].msg
+    assert "[7] are not a JSON object" in messages[1].msg
+    assert "Schedule admin" in (messages[0].hint or "") and "pause it" in (messages[0].hint or "")
