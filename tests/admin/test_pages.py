@@ -219,7 +219,8 @@ def test_job_detail__pretty_prints_data_and_error_history(client: Client) -> Non
     assert "&quot;done&quot;: 3" in html
     assert '<pre class="awa-pre awa-traceback">Traceback (most recent call last):' in html
     assert "ValueError: &lt;second&gt;" in html
-    assert html.index("ValueError: &lt;second&gt;") < html.index("ValueError: first")  # latest first
+    history = html[html.index('<ol class="awa-errors">') :]  # the error history, below the attempts table
+    assert history.index("ValueError: &lt;second&gt;") < history.index("ValueError: first")  # latest first
     assert "Retry now" in html and "Cancel job" not in html
 
 
