@@ -103,6 +103,7 @@ def test_job_page__every_time_is_written_one_way(admin_client: Client) -> None:
     times = [job.created_at, job.run_at, job.attempted_at, job.heartbeat_at, job.deadline_at, job.finalized_at]
     times += [datetime.fromisoformat(e[key]) for e in job.errors for key in ("at", "started_at")]
     for value in times:
+        assert value is not None
         assert value.astimezone(TOKYO).strftime("%Y-%m-%d %H:%M:%S JST") in text
     # ... and every date or clock time on the page is part of a time written that way.
     outside = SHOWN.sub(" ", text)
