@@ -250,8 +250,8 @@ def check_fair_keys(app_configs: Any = None, databases: Any = None, **kwargs: An
                 f"queue {queue!r}: {whose} ({cap}) is above its max_workers ({max_workers}) in hard-reserved mode; "
                 f"one worker never runs more than {max_workers} of the queue's jobs, so the cap binds only when "
                 "several workers serve the queue",
-                hint=f"lower the cap to at most {max_workers} (Queue or fairness key admin) if one worker serves "
-                "the queue, or leave it empty for unlimited",
+                hint=f"lower the cap to at most {max_workers} (the Queue or Fair key overrides admin) if one worker "
+                "serves the queue, or leave it empty for unlimited",
                 obj=queue,
                 id="awa.W007",
             )
@@ -261,9 +261,10 @@ def check_fair_keys(app_configs: Any = None, databases: Any = None, **kwargs: An
         keys = [key for q, key, _ in rows if q == queue]
         messages.append(
             Warning(
-                f"fairness key rows name queue {queue!r} ({len(keys)} key(s), e.g. {keys[0]!r}), which has no Queue "
+                f"fair key overrides name queue {queue!r} ({len(keys)} key(s), e.g. {keys[0]!r}), which has no Queue "
                 "row and no registered handler: no job may ever use them",
-                hint=f"correct the queue name in the fairness key admin, or delete the rows if queue {queue!r} is gone",
+                hint=f"correct the queue name in the Fair key overrides admin, or delete the rows if queue {queue!r} "
+                "is gone",
                 obj=queue,
                 id="awa.W008",
             )

@@ -492,7 +492,7 @@ class AwaSettings:
     FAIR_KEYS_TOP: int = setting(
         defaults.FAIR_KEYS_TOP_DEFAULT,
         _count,
-        "fairness keys per queue and state that `awa_health --json` and the depth view name (the most "
+        "fair keys per queue and state that `awa_health --json` and the depth view name (the most "
         'available, the most running); the rest are summed as `key="other"`',
     )
 

@@ -1,5 +1,5 @@
 """The Queue and FairKey admin forms: the capacity rules of ``awa_django.concurrency.validation``
-and the fairness-key rules as form errors.
+and the fair key rules as form errors.
 
 The worker refuses a configuration that breaks these rules (and keeps its last good one); the
 form refuses it first, with the same functions and so the same messages, naming the numbers.
@@ -100,13 +100,13 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
     key_weight = forms.IntegerField(
         required=False,
         initial=KEY_WEIGHT_DEFAULT,
-        help_text="Fair keys: each key's share of this queue's slots, unless a fairness key row says "
+        help_text="Fair keys: each key's share of this queue's slots, unless a fair key override says "
         f"(at least 1; empty = {KEY_WEIGHT_DEFAULT}).",
     )
     key_max_running = forms.IntegerField(
         required=False,
         help_text="Fair keys: at most this many jobs of one key run at once, across every worker, unless a "
-        "fairness key row says (at least 1; empty = unlimited).",
+        "fair key override says (at least 1; empty = unlimited).",
     )
 
     class Meta:
@@ -209,7 +209,7 @@ def cap_above_slots(cap: int | None, queue: str) -> str | None:
 
 
 class FairKeyField(forms.CharField):
-    """A fairness key typed as it is stored: not stripped, empty allowed (the default key), and
+    """A fair key typed as it is stored: not stripped, empty allowed (the default key), and
     checked by the enqueue rule (``fair_key_problem``), whose message names the value."""
 
     def __init__(self, **kwargs: Any) -> None:

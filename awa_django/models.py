@@ -7,7 +7,7 @@
 - ``ClusterSettings`` and ``WorkerCapacity``: capacity scope "cluster": the one global maximum,
   and each worker's part of it.
 - ``Schedule``: a periodic job.
-- ``FairKey``: one fairness key's weight and cap inside a queue, overriding the queue's defaults.
+- ``FairKey``: one fair key's weight and cap inside a queue, overriding the queue's defaults.
 - ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
 - ``Workflow`` and ``JobEdge``: jobs that wait for jobs (``awa_django.workflows``).
 """
@@ -254,12 +254,13 @@ class Queue(models.Model):
         help_text="An available job waiting this long moves up one priority level; empty = never.",
     )
     key_weight = models.PositiveIntegerField(
-        default=KEY_WEIGHT_DEFAULT, help_text="Each fairness key's share of this queue's slots, unless a key row says."
+        default=KEY_WEIGHT_DEFAULT,
+        help_text="Each fair key's share of this queue's slots, unless a fair key override says.",
     )
     key_max_running = models.PositiveIntegerField(
         null=True,
         blank=True,
-        help_text="At most this many jobs of one fairness key run at once, across every worker; empty = unlimited.",
+        help_text="At most this many jobs of one fair key run at once, across every worker; empty = unlimited.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -288,7 +289,8 @@ class Queue(models.Model):
 
 
 class FairKey(models.Model):
-    """One fairness key's weight and cap inside a queue; keys without a row take the queue's defaults.
+    """One fair key's override inside a queue (its weight and cap); keys without a row take the
+    queue's defaults, so the admin calls these rows "fair key overrides".
 
     Running workers apply changes on the same reload as ``Queue`` rows. Keys need no row to be
     used: a job's ``fair_key`` is enough.
@@ -309,7 +311,8 @@ class FairKey(models.Model):
     class Meta:
         db_table = "awa_fair_key"
         ordering = ["queue", "key"]
-        verbose_name = "fairness key"
+        verbose_name = "fair key override"
+        verbose_name_plural = "fair key overrides"
         constraints = [
             models.UniqueConstraint(fields=["queue", "key"], name="awa_fair_key_queue_key_uniq"),
             models.CheckConstraint(condition=~Q(queue=""), name="awa_fair_key_queue_not_empty"),
@@ -500,7 +503,7 @@ class Schedule(models.Model):
         default=FAIR_KEY_DEFAULT,
         db_default=FAIR_KEY_DEFAULT,
         blank=True,
-        help_text="the fired jobs' fairness key; empty = the default key",
+        help_text="the fired jobs' fair key; empty = the default key",
     )
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
     max_attempts = models.SmallIntegerField(default=MAX_ATTEMPTS_DEFAULT)

@@ -1,5 +1,5 @@
 """The admin, one module per admin: Job (``jobs``), Queue with its dashboard (``queues``,
-``dashboard``, ``charts``), Schedule (``schedules``), fairness keys (``fairkeys``), Workflow
+``dashboard``, ``charts``), Schedule (``schedules``), fair key overrides (``fairkeys``), Workflow
 (``workflows``), the cluster view (``cluster``) and the workers with their controls (``workers``); their
 list filters in ``filters``, what they share in ``helpers``.
 

@@ -1,4 +1,6 @@
-"""The fairness key admin: one row per key whose weight or cap differs from its queue's defaults.
+"""The fair key overrides admin: one row per fair key whose weight or cap differs from its queue's
+defaults (the sidebar says "Fair key overrides": the keys in use need no row, and are on each
+queue's keys page, linked from the queue list).
 
 A key needs no row to be used (a job's ``fair_key`` is enough); a row overrides the queue's
 ``key_weight`` / ``key_max_running`` for that key, and running workers apply it on their next
@@ -68,7 +70,7 @@ class FairKeyAdmin(_FairKeyAdminBase):
     list_display_links = ("queue", "key_shown")
     list_filter = ("queue",)  # a DISTINCT over awa_fair_key: one row per overridden key, never per job
     search_fields = ("key", "queue")
-    search_help_text = "A key or a queue name (contains)."
+    search_help_text = "A fair key or a queue name (contains)."
     ordering = ("queue", "key")
     fields = ("queue", "key", "weight", "max_running", "updated_at")
     readonly_fields = ("updated_at",)
@@ -86,7 +88,7 @@ class FairKeyAdmin(_FairKeyAdminBase):
             return queryset.none(), False  # no key or queue name holds a NUL
         return super().get_search_results(request, queryset, search_term)
 
-    @admin.display(description="key", ordering="key")
+    @admin.display(description="fair key", ordering="key")
     def key_shown(self, obj: FairKey) -> SafeString:
         return key_label(obj.key)
 

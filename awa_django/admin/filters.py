@@ -1,16 +1,20 @@
-"""The Job admin's list filters: choices from the registry and the Queue rows (never a DISTINCT
-over awa_job), and a value holding a NUL matches nothing instead of failing the query."""
+"""The Job admin's list filters: choices from the registry, the Queue rows and, for the fair key,
+a bounded loose index scan of the keys with jobs (never a DISTINCT over awa_job), and a value
+holding a NUL matches nothing instead of failing the query."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from awa_django.models import FairKey, Job, Queue
 from awa_django.registry import registry
+from awa_django.services.db import database_alias
+from awa_django.sql import statements
 
 
 def has_nul(values: Any) -> bool:
@@ -61,17 +65,28 @@ class KindFilter(admin.SimpleListFilter):
 
 
 DEFAULT_KEY_LABEL = "(default key)"
+KEYS_OFFERED = 100  # (queue, key) pairs read per state (available, running), and override rows
+
+
+def keys_with_jobs(limit: int = KEYS_OFFERED) -> set[str]:
+    """The fair keys of available and running jobs: at most ``limit`` (queue, key) pairs of each
+    state, by a loose index scan of their partial indexes (``find_job_keys``), whatever the backlog."""
+    with connections[database_alias()].cursor() as cursor:
+        cursor.execute(statements["find_job_keys"], {"limit": limit})
+        return {key for (key,) in cursor.fetchall()}
 
 
 class FairKeyFilter(admin.SimpleListFilter):
-    """Jobs of one fairness key (``?fair_key=tenant:42``; ``?fair_key=`` is the default key).
-    Choices from the FairKey rows and the value in use; never a DISTINCT over awa_job."""
+    """Jobs of one fair key (``?fair_key=tenant:42``; ``?fair_key=`` is the default key). Choices:
+    the keys that have available or running jobs (``keys_with_jobs``), the keys of override rows,
+    the default key and the value in use; never a DISTINCT over awa_job."""
 
-    title = "fairness key"
+    title = "fair key"
     parameter_name = "fair_key"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        keys = set(FairKey.objects.values_list("key", flat=True)[:100]) | {""}
+        overrides = set(FairKey.objects.values_list("key", flat=True)[:KEYS_OFFERED])
+        keys = keys_with_jobs() | overrides | {""}
         if self.value() is not None:
             keys.add(str(self.value()))
         return [(key, key or DEFAULT_KEY_LABEL) for key in sorted(keys)]

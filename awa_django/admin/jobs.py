@@ -211,7 +211,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     def state_label(self, obj: Job) -> SafeString:
         return format_html('<span class="awa-state awa-state-{}">{}</span>', obj.state, obj.state)
 
-    @admin.display(description="key")
+    @admin.display(description="fair key")
     def key_shown(self, obj: Job) -> SafeString:
         return key_label(obj.fair_key)
 

@@ -1,8 +1,8 @@
 """The Queue admin: each queue's settings with its live stats (counts from one grouped query per
 page, capacity from the live workers' snapshots), pause and resume actions, the dashboard
 (``DashboardMixin``), the list's live cells (``live_data``, refreshed by ``awa/live.js``) and
-each queue's fairness keys page (``keys_view``: the top keys by backlog and by running, with
-their share in force)."""
+each queue's fair keys page (``keys_view``: the top keys by backlog and by running, with their
+share in force), linked from the list's "fair keys" column and from the queue's form."""
 
 from __future__ import annotations
 
@@ -67,9 +67,9 @@ def _stats(obj: Queue) -> QueueStats:
 class QueueAdmin(SafeSelectionMixin, DashboardMixin):
     form = QueueForm
     list_display = (
-        "name", "paused", "limits", "rate", JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.FAILED,
-        "oldest_available",
-        "mode", "in_flight", "overflow_held",
+        "name", "paused_badge", "limits", "rate",
+        JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.FAILED, "oldest_available",
+        "mode", "in_flight", "overflow_held", "fair_keys",
     )  # fmt: skip
     list_display_links = ("name",)
     search_fields = ("name",)
@@ -92,9 +92,9 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
             "Fair keys",
             {
                 "fields": ("key_weight", "key_max_running", "keys_link"),
-                "description": "Inside the queue, its slots are shared between the fairness keys with due jobs, "
-                "by weight, each capped at its max running. These are every key's defaults; a fairness key "
-                "row overrides them for one key.",
+                "description": "Inside the queue, its slots are shared between the fair keys with due jobs, "
+                "by weight, each capped at its max running. These are every key's defaults; a fair key "
+                "override (its own row) sets either for one key.",
             },
         ),
         ("Live", {"fields": ("live_status", "updated_at")}),
@@ -140,7 +140,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return response
 
     def keys_view(self, request: HttpRequest, name: str) -> HttpResponse:
-        """One queue's fairness keys: the top keys by backlog and by running, each with its weight,
+        """One queue's fair keys: the top keys by backlog and by running, each with its weight,
         cap and share in force. Reads one GROUP BY over the two (queue, fair_key) partial indexes."""
         if not self.has_view_permission(request):
             raise PermissionDenied
@@ -151,7 +151,7 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         site = self.admin_site.name
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Fairness keys of queue {name}",
+            "title": f"Fair keys of queue {name}",
             "opts": self.opts,
             "keys": keys,
             "awa_tables": [
@@ -184,6 +184,13 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         return super().changelist_view(request, extra)
 
     # --- columns ---
+
+    # Not Django's boolean icons: they drew a red ✗ on every queue that is not paused, the normal case.
+    @admin.display(description="paused", ordering="paused")
+    def paused_badge(self, obj: Queue) -> SafeString:
+        if not obj.paused:
+            return SafeString("")
+        return format_html('<span class="awa-badge awa-badge-paused">{}</span>', "paused")
 
     @admin.display(description="max / min / weight")
     def limits(self, obj: Queue) -> str:
@@ -236,7 +243,12 @@ class QueueAdmin(SafeSelectionMixin, DashboardMixin):
         weighted = any(c.type == "Weighted" for c in stats.capacities)  # cluster scope holds caps, not overflow
         return stats.overflow_held if weighted else "—"
 
-    @admin.display(description="keys in use")
+    @admin.display(description="fair keys")
+    def fair_keys(self, obj: Queue) -> SafeString:
+        url = reverse("admin:awa_queue_keys", args=[obj.name], current_app=self.admin_site.name)
+        return format_html('<a href="{}" class="awa-keys-link">{}</a>', url, "keys in use")
+
+    @admin.display(description="fair keys in use")
     def keys_link(self, obj: Queue | None) -> SafeString:
         if obj is None or obj.pk is None:
             return format_html('<span class="awa-muted">{}</span>', "saved queues link to their keys here")

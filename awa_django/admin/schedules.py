@@ -46,7 +46,7 @@ NEXT_FIRES_SHOWN = 5
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     fair_key = FairKeyField(
-        help_text="The fired jobs' fairness key (e.g. tenant:42); empty = the kind's @job(fair_key=) derived from "
+        help_text="The fired jobs' fair key (e.g. tenant:42); empty = the kind's @job(fair_key=) derived from "
         "the args, else the default key."
     )
 

@@ -8,8 +8,8 @@
 - ``tag:urgent``: jobs carrying that tag;
 - ``error:timeout``: jobs one of whose error messages (each attempt's ``error``, not its traceback)
   holds that text (case-insensitive);
-- ``key:tenant:42``: jobs of that fairness key;
-- anything else: the kind or the fairness key, exactly.
+- ``key:tenant:42``: jobs of that fair key;
+- anything else: the kind or the fair key, exactly.
 
 Several ``key=value``, ``tag:`` and ``error:`` terms separated by spaces must all match. A term that
 cannot match anything (a NUL, an id beyond bigint, JSON that is not an object, an object with a
@@ -34,7 +34,7 @@ So a search over every state reads the unfinished jobs. Where the planner estima
 ``UNFINISHED_SEARCH_LIMIT`` (50,000: about a quarter of a second to read), the job list searches
 the finished jobs only, by their indexes, and says so above the results with a link that searches
 every state (``?every_state=1``, honoured by the list, its live view and its bulk actions alike).
-A state filter, an id, a kind or a fairness key search is never narrowed.
+A state filter, an id, a kind or a fair key search is never narrowed.
 
 Each group is exactly its indexes' predicate, so the planner has no reason to intersect an arm
 with another index only to narrow its states. With the state filter set, only that state is
@@ -42,7 +42,7 @@ asked, and the narrower indexes serve it: ``awa_job_failed_tags_idx`` for a tag 
 ``awa_job_error_text_idx`` (where pg_trgm exists, migration 0021) for error text among failed or
 retryable ones: a trigram GIN on the messages alone, since timestamps and tracebacks made one on the
 whole history loose and large.
-Error text in other states, kinds and fairness keys have no index: narrow those with the state,
+Error text in other states, kinds and fair keys have no index: narrow those with the state,
 queue and date filters (the counts stay bounded either way). The arms are the same condition split
 by state, so the rows found do not depend on the plan.
 """
@@ -87,7 +87,7 @@ EVERY_STATE_VAR = "every_state"  # the job list's query parameter: search unfini
 
 HELP = (
     'An id (123), args as JSON ({"user_id": 42}) or paths (user_id=42 order.id=7), tag:NAME, '
-    "error:TEXT, key:FAIRNESS_KEY, or a kind or fairness key (exact). Several terms: all must match."
+    "error:TEXT, key:FAIR_KEY, or a kind or fair key (exact). Several terms: all must match."
 )
 
 

@@ -1,4 +1,4 @@
-"""Fairness keys in the admin: the Queue form's key defaults, the FairKey admin's form errors naming
+"""Fair keys in the admin: the Queue form's key defaults, the FairKey admin's form errors naming
 the value, the hard-reserved cap warning (form message and system check awa.W007), a row for a queue
 nothing uses (awa.W008), and the Job admin's fair_key column, filter and search."""
 
@@ -184,6 +184,7 @@ def test_check_fair_keys__rows_for_a_queue_nothing_uses_are_w008() -> None:
 
     assert message.id == "awa.W008"
     assert "queue 'exprots' (1 key(s), e.g. 'tenant:1')" in message.msg
+    assert "the Fair key overrides admin" in str(message.hint)  # the admin's name as its sidebar shows it
 
 
 # --- the Job admin ------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def test_job_admin__fair_key_column_filter_and_search(admin_client: Client) -> N
         return {job.pk for job in response.context["cl"].result_list}
 
     page = admin_client.get("/admin/awa/job/").content.decode()
-    assert "<code>tenant:42</code>" in page and "fairness key" in page
+    assert "<code>tenant:42</code>" in page and "fair key" in page and "fairness" not in page
     assert listed(fair_key="tenant:42") == {mine.pk}
     assert listed(fair_key="") == {plain.pk}  # the default key
     assert listed() == {mine.pk, plain.pk, other.pk}

@@ -1,4 +1,4 @@
-"""Seeing the fairness keys: a queue's keys page (top keys by backlog and by running, each with its
+"""Seeing the fair keys: a queue's keys page (top keys by backlog and by running, each with its
 weight, cap and share in force), ``awa_health --json`` and the depth view's ``awa_queue_key_jobs``
 (the top ``FAIR_KEYS_TOP`` keys by name, the rest as ``key="other"``), all checked against the rows."""
 

@@ -1,5 +1,5 @@
 """Find any job: search by id, args (JSON containment and key=value paths), tags and error text;
-filter by fairness key and by created/finalised range; odd terms give a page, never a 500."""
+filter by fair key and by created/finalised range; odd terms give a page, never a 500."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_filters__fair_key_and_created_and_finalised_ranges(admin_client: Client
     assert found(admin_client, finalized_at__gte=day, finalized_at__lt=two_days) == {carol}
     assert found(admin_client, **{"finalized_at__isnull": "True"}) == {jobs["alice"].pk, jobs["bob"].pk}
     page = admin_client.get(LIST).content.decode()
-    assert "By fairness key" in page and "By created at" in page and "By finalized at" in page
+    assert "By fair key" in page and "By created at" in page and "By finalized at" in page
 
 
 def test_filters__odd_date_values_are_an_error_page_not_a_500(admin_client: Client, jobs: dict[str, Job]) -> None:
