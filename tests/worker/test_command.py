@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.harness import ROOT, worker_env
+from awa_django.models import Queue
+from tests.harness import ROOT, wait_until, worker_env
 
 
 @pytest.mark.parametrize(
@@ -111,3 +114,19 @@ def test_awa_worker__empty_queue_name_on_the_command_line__error_exit_1() -> Non
 
     assert result.returncode == 1, result.stderr
     assert "CommandError: invalid queue name ''" in result.stderr
+
+
+def test_awa_worker__unknown_queue_on_the_command_line__warned_at_start_naming_it_and_the_fix(spawn: Any) -> None:
+    """`-q nosuchqueue` (a typo) would otherwise create a Queue row silently, served by every later worker."""
+    Queue.objects.create(name="reports")
+    worker = spawn("-q", "nosuchqueue", "-q", "reports", "-q", "default", "-v", "1")
+    wait_until(lambda: "worker started instance=" in worker.log, timeout=60, what="the worker's start line")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0, worker.log
+
+    log = worker.log
+    (warning,) = [line for line in log.splitlines() if line.startswith("warning: queue")]
+    assert warning.startswith("warning: queue 'nosuchqueue' (-q) has no Queue row and no @job names it;")
+    assert "A typo? Known queues: " in warning and "reports" in warning
+    assert "create it in the Queue admin, or declare a @job with queue='nosuchqueue'" in warning
+    assert log.index(warning) < log.index("worker started instance=")  # said at start, before it serves anything

@@ -360,6 +360,8 @@ class Command(BaseCommand):
         )
         # Every served queue gets a Queue row, so operators see it in the admin and can tune it.
         known = {row["name"] for row in rows}
+        if options["queues"] and not index:  # with --processes N, process 0 says it once
+            self._warn_unknown_queues(options["queues"], known)
         missing = [Queue(name=name) for name in config.queues if name not in known]
         if missing:
             with_database(
@@ -407,6 +409,24 @@ class Command(BaseCommand):
                 "forced stop (a second SIGTERM/SIGINT): jobs still running were left to the rescue; "
                 "send one signal and allow --shutdown-timeout for a clean stop"
             )
+
+    def _warn_unknown_queues(self, queues: list[str], rows: set[str]) -> None:
+        """A -q name that no Queue row and no @job names is most likely a typo; served anyway, it
+        gets a Queue row, and every later worker started without -q serves it too: say so now."""
+        from awa_django.registry import registry
+
+        declared = registry.queues()
+        known = sorted(rows | declared)
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        for name in dict.fromkeys(queues):
+            if name not in rows and name not in declared:
+                self.stderr.write(
+                    f"warning: queue {name!r} (-q) has no Queue row and no @job names it; this worker serves "
+                    "it and creates its Queue row, which every later worker started without -q serves too. "
+                    f"A typo? Known queues: {shown or 'none'}. If {name!r} is meant, create it in the Queue "
+                    f"admin, or declare a @job with queue={name!r}.",
+                    style_func=self.style.WARNING,
+                )
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("awa_django")
