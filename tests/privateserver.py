@@ -45,8 +45,12 @@ def binaries_missing() -> str | None:
     """The skip reason when the embedded server's programs are not installed, else None."""
     try:
         directory = embedded.bin_dir()
-    except SystemExit as exc:  # import_provider names the package and its install
-        return missing_dependency("the embedded PostgreSQL's programs (a private server is built from them)", str(exc))
+    except SystemExit:  # the provider's package is not installed (or AWA_EMBEDDED_PG names none)
+        name = os.environ.get("AWA_EMBEDDED_PG") or embedded.DEFAULT_PROVIDER
+        return missing_dependency(
+            f"the PostgreSQL programs of {name!r}, from which this test builds a private server",
+            f'pip install {name} (pip install -e ".[dev]" installs {embedded.DEFAULT_PROVIDER})',
+        )
     if not (directory / "initdb").exists():
         return missing_dependency(f"initdb in {directory}", 'reinstall the test extras: pip install -e ".[dev]"')
     return None
