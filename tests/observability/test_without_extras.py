@@ -64,12 +64,12 @@ def test_without_extras__enqueue_sinks_and_view_say_what_to_install(blocked: dic
 
 
 @pytest.mark.slow
-def test_without_extras__worker_runs_jobs_and_logs_them_at_v2(spawn: Spawner, blocked: dict[str, str]) -> None:
+def test_without_extras__worker_runs_jobs_and_logs_them_at_v3(spawn: Spawner, blocked: dict[str, str]) -> None:
     from tests.harness import spawn_worker
     from tests.worker.support import SpawnedWorker
 
     log = spawn.tmp_path / "plain.log"
-    worker = SpawnedWorker(spawn_worker("-q", "plain", "-v", "2", env=blocked, log=log), log)
+    worker = SpawnedWorker(spawn_worker("-q", "plain", "-v", "3", env=blocked, log=log), log)
     spawn.started.append(worker)
     jobs = [Job.objects.enqueue("noop", queue="plain") for _ in range(3)]
     for job in jobs:

@@ -172,7 +172,7 @@ def test_worker_started_while_the_server_is_not_ready__waits_for_it_then_runs(da
         promoted = embedded.pg_ctl("-w", "promote", data_dir=data_dir)
         assert promoted.returncode == 0, promoted.stdout
         wait_until(
-            lambda: "worker started" in log.read_text() or worker.poll() is not None,
+            lambda: "worker started instance=" in log.read_text() or worker.poll() is not None,
             timeout=120,
             what="the worker to start once the server is ready",
         )

@@ -412,7 +412,7 @@ class Command(BaseCommand):
 
     def _warn_unknown_queues(self, queues: list[str], rows: set[str]) -> None:
         """A -q name that no Queue row and no @job names is most likely a typo; served anyway, it
-        gets a Queue row, and every later worker started without -q serves it too: say so now."""
+        gets a Queue row, and every later worker run without -q serves it too: say so now."""
         from awa_django.registry import registry
 
         declared = registry.queues()
@@ -422,7 +422,7 @@ class Command(BaseCommand):
             if name not in rows and name not in declared:
                 self.stderr.write(
                     f"warning: queue {name!r} (-q) has no Queue row and no @job names it; this worker serves "
-                    "it and creates its Queue row, which every later worker started without -q serves too. "
+                    "it and creates its Queue row, which every later worker run without -q serves too. "
                     f"A typo? Known queues: {shown or 'none'}. If {name!r} is meant, create it in the Queue "
                     f"admin, or declare a @job with queue={name!r}.",
                     style_func=self.style.WARNING,
