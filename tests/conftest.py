@@ -18,6 +18,7 @@ and ``listener`` open one with Django's own connection parameters, outside Djang
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -101,6 +102,22 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
         with connect_outside_django() as conn:
             conn.execute(statement)
         connection.close()  # Django's next session starts with the setting
+
+
+# awa_worker run in-process (call_command) sets these loggers' levels for its verbosity; they
+# outlive the test. A test that ran `-v 0` before another in the same process (any order, as
+# under xdist) silenced the job lines the next one reads from caplog.
+_PACKAGE_LOGGERS = ("awa_django", "awa_django.jobs")
+
+
+@pytest.fixture(autouse=True)
+def _package_log_levels_restored() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _PACKAGE_LOGGERS]
+    saved = [(logger.level, list(logger.handlers)) for logger in loggers]
+    yield
+    for logger, (level, handlers) in zip(loggers, saved, strict=True):
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
 
 
 @pytest.fixture(autouse=True)
