@@ -116,6 +116,26 @@ def plan(queryset: QuerySet[Job]) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+def copies(template: Job, count: int, errors_sql: str) -> None:
+    """``count`` more rows like ``template``, written by the server in one statement (a Python
+    bulk_create of 20,000 rows took 15 s of a loaded run), each with the errors ``errors_sql`` (an
+    SQL expression of ``n``, 1..count) gives it."""
+    columns = [f.column for f in Job._meta.concrete_fields if f.column not in ("id", "errors")]
+    names = ", ".join(f'"{c}"' for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO awa_job ({names}, errors) SELECT {names}, {errors_sql} "
+            "FROM awa_job, generate_series(1, %s) AS n WHERE awa_job.id = %s",
+            [count, template.pk],
+        )
+
+
+# Each job's one error entry, "KeyError: 'template N'" for N = n mod 500.
+TEMPLATE_ERRORS = (
+    "jsonb_build_array(jsonb_build_object('error', 'KeyError: ''template ' || (n %% 500) || '''', 'attempt', 1))"
+)
+
+
 @pytest.fixture
 def every_state() -> None:
     Job.objects.bulk_create(
@@ -133,12 +153,18 @@ def every_state() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("term", ["user_id=42", '{"order": {"id": 7}}', "tag:t7", "tag:t7 user_id=7"])
-@pytest.mark.parametrize("state", [None, *STATES])
-def test_search__every_arm_is_answered_by_a_partial_index(every_state: None, term: str, state: str | None) -> None:
-    queryset = Job.objects.all() if state is None else Job.objects.filter(state=state)
-    shown = plan(search_jobs(queryset.only("id"), term, None if state is None else [state]))
-    assert "Seq Scan" not in shown, shown
+def test_search__every_arm_is_answered_by_a_partial_index(every_state: None) -> None:
+    """Each term shape, with no state filter and with each state's: the 4,000 rows are written and
+    analysed once (they were once per combination: 36 times), and every combination is planned on
+    them; a failure names each combination that reads awa_job whole, with its plan."""
+    seq_scans = {}
+    for term in ["user_id=42", '{"order": {"id": 7}}', "tag:t7", "tag:t7 user_id=7"]:
+        for state in [None, *STATES]:
+            queryset = Job.objects.all() if state is None else Job.objects.filter(state=state)
+            shown = plan(search_jobs(queryset.only("id"), term, None if state is None else [state]))
+            if "Seq Scan" in shown:
+                seq_scans[(term, state)] = shown
+    assert seq_scans == {}
 
 
 @pytest.mark.django_db
@@ -154,10 +180,10 @@ def test_search__error_text_of_failed_and_retryable_jobs_is_answered_by_the_trig
     assert built == available  # migration 0021 builds it wherever the extension is available
     if not available:
         pytest.skip("pg_trgm is not available on this server: migration 0021 skipped the index")
-    Job.objects.bulk_create(
-        Job(kind="k", state=state, errors=[{"error": f"KeyError: 'template {n % 500}'", "attempt": 1}])
-        for n in range(20_000)
-    )
+    template = Job.objects.create(kind="k", state=state, errors=[{"error": "KeyError: 'template 0'", "attempt": 1}])
+    copies(template, 19_999, TEMPLATE_ERRORS)
+    assert Job.objects.filter(state=state).count() == 20_000
+    assert Job.objects.filter(errors__0__error="KeyError: 'template 123'").count() == 40
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE awa_job")
     shown = plan(search_jobs(Job.objects.filter(state=state).only("id"), "error:template 123", [state]))
@@ -193,7 +219,7 @@ def test_list_page__a_counted_filter_reads_its_page_by_the_ids_it_counted(admin_
 
 @pytest.mark.django_db
 def test_list_page__a_capped_filter_keeps_the_plain_id_order(admin_client: Client) -> None:
-    Job.objects.bulk_create(Job(kind="k", state="failed") for _ in range(COUNT_LIMIT + 1))
+    copies(Job.objects.create(kind="k", state="failed"), COUNT_LIMIT, "awa_job.errors")
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get("/admin/awa/job/", {"state__exact": "failed"})
     assert len(response.context["cl"].result_list) == 50
