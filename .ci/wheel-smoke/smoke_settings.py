@@ -8,7 +8,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 _db = conninfo_to_dict(os.environ["AWA_SMOKE_DATABASE"])
 
-SECRET_KEY = "wheel-smoke-insecure-key"  # noqa: S105  (a throwaway project)
+SECRET_KEY = "wheel-smoke-insecure-key"  # a throwaway project
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
