@@ -26,9 +26,13 @@ A key at its cap (or held back by a cap that holds across workers) falls behind 
 weighted share is above its cap; that lag only makes it take back each slot it releases, which
 is exactly its water-filled share (its cap), and a change of its weight or cap sets it level
 again, so the lag can never turn into a burst.
-A joining key ties with the lowest and wins the tie when it has fewer running: a key that gets a
-due job is served within about as many slot grants as there are keys in its quantum, however deep
-the others' backlogs are.
+A joining key joins lower than the virtual time in one case: when the first key in line has
+been served less (per weight, its running attempts' charges left out), it joins there. Those
+charges are estimates corrected at each end, so a key whose run times fell lies below the virtual
+time; placed level with what it has finished, the newcomer lies at or below it until its first
+grant, and wins the tie when it has fewer running: a key that gets a due job is served within
+about as many slot grants as there are keys in its quantum, however deep the others' backlogs
+are, and however their run times moved.
 
 **Order within a quantum: the oldest next job first.** Keys are placed by their tag in whole
 *quanta* (one attempt's charge at the heaviest weight configured, from a slow average of the
@@ -169,11 +173,12 @@ class KeyShares:
         self._weights = {key: _check_weight(key, w) for key, w in (weights or {}).items()}
         self._caps = {key: _check_cap(key, c) for key, c in (caps or {}).items()}
         self._heaviest = max(self._default_weight, max(self._weights.values(), default=1))
+        level = self._level()  # read before any key's limits change: the line as it stood
         for key, entry in self._keys.items():
             old = (entry.weight, entry.cap)
             entry.weight, entry.cap = self._weight(key), self._cap(key)
             if (entry.weight, entry.cap) != old:
-                self._join(entry)
+                self._join(entry, level)
         self._requantize()  # every key placed again, at the quantum of the heaviest weight
         for key, entry in self._idle.items():
             entry.weight, entry.cap = self._weight(key), self._cap(key)
@@ -381,11 +386,28 @@ class KeyShares:
             self._keys[key] = entry
         return entry
 
-    def _join(self, entry: _Key) -> None:
-        """A key gets due jobs again, or new limits: it joins no lower than the virtual time."""
+    def _join(self, entry: _Key, level: float | None = None) -> None:
+        """A key gets due jobs again, or new limits: it joins no lower than ``level`` (default:
+        ``_level()``)."""
         estimate = max(entry.estimate if entry.estimate is not None else self._fallback(), _ESTIMATE_FLOOR)
-        floor = (self._virtual * entry.weight) - entry.running * estimate
+        floor = ((self._level() if level is None else level) * entry.weight) - entry.running * estimate
         entry.served = max(entry.served, floor)
+
+    def _level(self) -> float:
+        """Where a joining key's tag is set: the virtual time, or, if lower, what the first key in
+        line (the heap's top) has been served, per weight, not counting what its running attempts
+        are charged. Those charges are estimates, and each end corrects them all to the key's new
+        one: after run times fell (a loaded host's load lifting) a flooding key's tag drops below
+        the virtual time its grants set, end after end, and a newcomer placed at the virtual time
+        waited dozens of grants while it did. Its finished service only grows, so the newcomer
+        placed at it lies at or below the flood's tag until its first grant, and goes first, as a
+        new flow starts at the start tag of the packet in service in start-time fair queueing. O(1)
+        amortised, as a pick."""
+        self._drop_stale()
+        if not self._heap:
+            return self._virtual
+        top = self._keys[self._heap[0][4]]
+        return min(self._virtual, top.served / top.weight)
 
     def _push(self, key: str, entry: _Key) -> None:
         """Place ``key`` in the heap at its tag now (its older entry, if any, goes stale)."""

@@ -247,6 +247,44 @@ def test_ends_near_their_estimate__one_heap_entry_per_key(keys: int, slots: int,
     assert shares.entries <= keys * 1.05 + slots, (shares.entries, keys)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    st.lists(st.floats(0.005, 1.0), min_size=1, max_size=120),
+    st.lists(st.floats(0.005, 1.0), min_size=1, max_size=40),
+)
+def test_newcomer__served_within_one_grant_per_key__however_the_floods_run_times_moved(
+    slots: int, weights: list[int], before: list[float], after: list[float]
+) -> None:
+    """The newcomer promise when the flooding keys' run times swing (a loaded host's are long,
+    then short as its load lifts): each end corrects its key's tag down to what the attempt really
+    held, so a flood's tag can fall below the virtual time its earlier grants set. A newcomer that
+    joined at the virtual time then lay behind it, and a flood whose run times fell from 0.3 s to
+    0.02 s took dozens of grants first (a worker test, under load: 12 of A's starts). It joins level
+    with the lowest key that could be granted instead, and so is granted before the flooders have
+    had more grants than there are of them."""
+    shares = KeyShares(weights={f"k{i}": w for i, w in enumerate(weights)})
+    for i in range(len(weights)):
+        shares.offer(f"k{i}", 10**9)
+    running = [key for key, n in shares.pick(slots).items() for _ in range(n)]
+    for seconds in before:  # the oldest attempt ends after ``seconds``; its slot is granted again
+        shares.finished(running.pop(0), seconds)
+        running += [key for key, n in shares.pick(1).items() for _ in range(n)]
+    shares.offer("new", 5)
+    flood_grants = 0
+    for seconds in [*after, *[0.02] * (2 * slots * len(weights))]:
+        shares.finished(running.pop(0), seconds)
+        grants = shares.pick(1)
+        if "new" in grants:
+            break
+        flood_grants += sum(grants.values())
+        running += [key for key, n in grants.items() for _ in range(n)]
+    else:
+        pytest.fail("the newcomer was never granted a slot")
+    assert flood_grants <= len(weights), (flood_grants, shares.tag("new"))
+
+
 def test_returning_key__banks_no_credit_while_away() -> None:
     """A key that was idle while another ran joins level with it, not owed the time it was away."""
     shares = KeyShares()
