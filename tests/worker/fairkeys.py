@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from awa_django.concurrency.keys import KeyShares
 from awa_django.models import Job, JobState
 
 
@@ -35,6 +36,21 @@ def add_jobs(
         for _ in range(n)
     )
     return [job.pk for job in jobs]
+
+
+def first_offers(allocator: KeyShares, key: str) -> list[datetime]:
+    """Note when ``allocator`` is first offered ``key`` (on the worker's thread): the list it
+    returns holds that moment once it happened, as timezone.now(), to compare with attempted_at."""
+    when: list[datetime] = []
+    offer = allocator.offer
+
+    def offer_and_note(offered: str, count: int = 1, position: int | None = None) -> None:
+        offer(offered, count, position)
+        if offered == key and not when:
+            when.append(timezone.now())
+
+    allocator.offer = offer_and_note  # type: ignore[method-assign]
+    return when
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from awa_django.worker import QueueConfig
 from awa_django.worker.keyed import parse_freed
 from tests.conftest import connect_outside_django
 from tests.harness import make_config, running_worker, wait_until
-from tests.worker.fairkeys import add_jobs, all_backlogged_until, peak_running, ran, shares
+from tests.worker.fairkeys import add_jobs, all_backlogged_until, first_offers, peak_running, ran, shares
 
 QUEUE = "keyed"
 
@@ -125,6 +125,28 @@ def test_flood_and_newcomer__the_newcomer_is_served_at_once_then_takes_half() ->
     assert len(a_started_after) <= 4, message
     until = all_backlogged_until(runs, ["A", "B"])
     assert shares(runs, first_b.start, until)["B"] >= 0.45
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flood_whose_run_times_fell__the_newcomer_is_still_served_at_once() -> None:
+    """A's first 24 jobs take 0.4 s, the rest 0.02 s, as on a host whose load lifted: each end
+    corrected A's tag down with its estimate, below the virtual time its grants had set. B, arriving
+    then, is served before more than one claim's worth of A's (before concurrency/keys.py placed a
+    newcomer no higher than what the first key in line had finished, 25 to 28 of A's started first)."""
+    add_jobs(QUEUE, "A", 24, seconds=0.4)
+    add_jobs(QUEUE, "A", 400, seconds=0.02)
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=4)})) as worker:
+        wait_until(lambda: done(40), what="A's short jobs running")
+        keyed = worker.runners[QUEUE].keyed
+        assert keyed is not None
+        b_known = first_offers(keyed.shares, "B")
+        add_jobs(QUEUE, "B", 40, seconds=0.02)
+        wait_until(lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists())
+    runs = ran(QUEUE)
+    first_b = next(r for r in runs if r.key == "B")
+    assert b_known and b_known[0] <= first_b.start, (b_known, first_b)
+    a_started_after = [r for r in runs if r.key == "A" and b_known[0] <= r.start < first_b.start]
+    assert len(a_started_after) <= 4, [(r.id, r.start.time()) for r in a_started_after]
 
 
 @pytest.mark.django_db(transaction=True)
