@@ -25,6 +25,7 @@ from awa_django.models import Job, Queue
 from awa_django.services.stats import COUNTED_STATES, job_counts, queue_stats
 from awa_django.sql import statements
 from awa_django.states import JobState
+from tests.harness import fresh_job_table
 
 STATES = [state.value for state in JobState]
 QUEUES = ["a", "b", "c", "d"]
@@ -116,6 +117,7 @@ def test_job_counts__read_only_the_counted_states_partial_indexes(limit: int | N
     the run_at index for the pending states) differs from a big one, where each count is an
     index-only scan of its state's index with the queue first: bench/console_pages.py prints that
     plan on 10,000,000 rows."""
+    fresh_job_table()
     Job.objects.bulk_create(
         Job(kind="k", queue=f"q{n % 3}", state=STATES[n % len(STATES)], priority=1 + n % 4) for n in range(3000)
     )

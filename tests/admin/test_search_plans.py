@@ -25,6 +25,7 @@ from awa_django.admin.helpers import COUNT_LIMIT
 from awa_django.admin.search import STATE_GROUPS, search_jobs
 from awa_django.models import Job
 from awa_django.states import JobState
+from tests.harness import fresh_job_table
 
 STATES = [state.value for state in JobState]
 TAGS = ["red", "blue", "green"]
@@ -138,6 +139,7 @@ TEMPLATE_ERRORS = (
 
 @pytest.fixture
 def every_state() -> None:
+    fresh_job_table()
     Job.objects.bulk_create(
         Job(
             kind="k",
@@ -180,6 +182,7 @@ def test_search__error_text_of_failed_and_retryable_jobs_is_answered_by_the_trig
     assert built == available  # migration 0021 builds it wherever the extension is available
     if not available:
         pytest.skip("pg_trgm is not available on this server: migration 0021 skipped the index")
+    fresh_job_table()
     template = Job.objects.create(kind="k", state=state, errors=[{"error": "KeyError: 'template 0'", "attempt": 1}])
     copies(template, 19_999, TEMPLATE_ERRORS)
     assert Job.objects.filter(state=state).count() == 20_000
