@@ -26,13 +26,13 @@ A key at its cap (or held back by a cap that holds across workers) falls behind 
 weighted share is above its cap; that lag only makes it take back each slot it releases, which
 is exactly its water-filled share (its cap), and a change of its weight or cap sets it level
 again, so the lag can never turn into a burst.
-A joining key joins lower than the virtual time in one case: when the first key in line has
-been served less (per weight, its running attempts' charges left out), it joins there. Those
-charges are estimates corrected at each end, so a key whose run times fell lies below the virtual
-time; placed level with what it has finished, the newcomer lies at or below it until its first
-grant, and wins the tie when it has fewer running: a key that gets a due job is served within
-about as many slot grants as there are keys in its quantum, however deep the others' backlogs
-are, and however their run times moved.
+A joining key joins lower than the virtual time in one case: when the first key in line, if
+uncapped (a capped key's lag is the one above), has been served less (per weight, its running
+attempts' charges left out), it joins there. Those charges are estimates corrected at each end,
+so a key whose run times fell lies below the virtual time; placed level with what it has
+finished, the newcomer lies at or below it until its first grant, and wins the tie when it has
+fewer running: a key that gets a due job is served within about as many slot grants as there are
+keys in its quantum, however deep the others' backlogs are, and however their run times moved.
 
 **Order within a quantum: the oldest next job first.** Keys are placed by their tag in whole
 *quanta* (one attempt's charge at the heaviest weight configured, from a slow average of the
@@ -395,18 +395,21 @@ class KeyShares:
 
     def _level(self) -> float:
         """Where a joining key's tag is set: the virtual time, or, if lower, what the first key in
-        line (the heap's top) has been served, per weight, not counting what its running attempts
-        are charged. Those charges are estimates, and each end corrects them all to the key's new
-        one: after run times fell (a loaded host's load lifting) a flooding key's tag drops below
-        the virtual time its grants set, end after end, and a newcomer placed at the virtual time
-        waited dozens of grants while it did. Its finished service only grows, so the newcomer
-        placed at it lies at or below the flood's tag until its first grant, and goes first, as a
-        new flow starts at the start tag of the packet in service in start-time fair queueing. O(1)
-        amortised, as a pick."""
+        line (the heap's top), when uncapped, has been served, per weight, not counting what its
+        running attempts are charged. Those charges are estimates, and each end corrects them all
+        to the key's new one: after run times fell (a loaded host's load lifting) a flooding key's
+        tag drops below the virtual time its grants set, end after end, and a newcomer placed at
+        the virtual time waited dozens of grants while it did. Its finished service only grows, so
+        the newcomer placed at it lies at or below the flood's tag until its first grant, and goes
+        first, as a new flow starts at the start tag of the packet in service in start-time fair
+        queueing. A capped key lags by design: level with it, a joining key would take that lag
+        for credit, a share above its weight's over a run. O(1) amortised, as a pick."""
         self._drop_stale()
         if not self._heap:
             return self._virtual
         top = self._keys[self._heap[0][4]]
+        if top.cap is not None:
+            return self._virtual
         return min(self._virtual, top.served / top.weight)
 
     def _push(self, key: str, entry: _Key) -> None:
