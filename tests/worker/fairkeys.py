@@ -38,15 +38,15 @@ def add_jobs(
     return [job.pk for job in jobs]
 
 
-def first_offers(allocator: KeyShares, key: str) -> list[datetime]:
-    """Note when ``allocator`` is first offered ``key`` (on the worker's thread): the list it
-    returns holds that moment once it happened, as timezone.now(), to compare with attempted_at."""
+def first_offers(allocator: KeyShares, wanted: str) -> list[datetime]:
+    """Note when ``allocator`` is first offered key ``wanted`` (on the worker's thread): the list
+    it returns holds that moment once it happened, as timezone.now(), to compare with attempted_at."""
     when: list[datetime] = []
     offer = allocator.offer
 
-    def offer_and_note(offered: str, count: int = 1, position: int | None = None) -> None:
-        offer(offered, count, position)
-        if offered == key and not when:
+    def offer_and_note(key: str, count: int = 1, position: int | None = None) -> None:
+        offer(key, count, position)
+        if key == wanted and not when:
             when.append(timezone.now())
 
     allocator.offer = offer_and_note  # type: ignore[method-assign]
