@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.privateserver import PrivateServer
 from tests.worker.support import Gates, Spawner
 
 
@@ -29,3 +30,14 @@ def gates() -> Iterator[Gates]:
         yield value
     finally:
         value.open_all()
+
+
+@pytest.fixture
+def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
+    """Workers on the private server of the module's ``server`` fixture (tests/privateserver.py);
+    any still running at teardown is killed."""
+    spawner = Spawner(tmp_path, env=server.env())
+    try:
+        yield spawner
+    finally:
+        spawner.reap()

@@ -14,7 +14,6 @@ import random
 import signal
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -44,16 +43,6 @@ WORKER_ARGS = (
 def server() -> Iterator[PrivateServer]:
     with migrated_server("awa_chaos") as private:
         yield private
-
-
-@pytest.fixture
-def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
-    """Workers on the private server; any still running at teardown is killed."""
-    spawner = Spawner(tmp_path, env=server.env())
-    try:
-        yield spawner
-    finally:
-        spawner.reap()
 
 
 def _wait_running(server: PrivateServer, worker: SpawnedWorker) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,16 +25,6 @@ WORKER_ARGS = ("-q", "restart", "--poll-interval", "0.5", "--heartbeat-interval"
 def server() -> Iterator[PrivateServer]:
     with migrated_server("awa_restart") as private:
         yield private
-
-
-@pytest.fixture
-def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
-    """Workers on the private server; any still running at teardown is killed."""
-    spawner = Spawner(tmp_path, env=server.env())
-    try:
-        yield spawner
-    finally:
-        spawner.reap()
 
 
 @pytest.mark.slow

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,16 +32,6 @@ QUEUE = "listen_health"
 def server() -> Iterator[PrivateServer]:
     with migrated_server("awa_listen_health") as private:
         yield private
-
-
-@pytest.fixture
-def spawn_private(server: PrivateServer, tmp_path: Path) -> Iterator[Spawner]:
-    """Workers on the private server; any still running at teardown is killed."""
-    spawner = Spawner(tmp_path, env=server.env())
-    try:
-        yield spawner
-    finally:
-        spawner.reap()
 
 
 def _listen_pids(server: PrivateServer) -> set[int]:
