@@ -12,7 +12,6 @@ sleeps the maintenance interval, or less when a schedule is due sooner.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -27,12 +26,11 @@ from awa_django import defaults
 from awa_django.conf import awa_settings
 from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
-from awa_django.states import JobState
 from awa_django.worker.capacity import ClusterLeader
-from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
 from awa_django.worker.history import roll_up_history
+from awa_django.worker.retention import prune, retention
 from awa_django.worker.runtime import Runtime
 from awa_django.worker.scheduler import Scheduler
 
@@ -48,15 +46,6 @@ MIN_SLEEP = 0.005  # seconds: the shortest wait between rounds when a schedule i
 # under an old snapshot those hold every finished job's dead entry too: it runs at most once a
 # round and at least this many times its own last duration apart (docs/storage.md).
 RESCUE_COST_FACTOR = 20.0
-
-
-def retention(config: WorkerConfig) -> dict[JobState, timedelta]:
-    """How long finished jobs are kept, per final state."""
-    return {
-        JobState.COMPLETED: timedelta(seconds=config.completed_retention),
-        JobState.FAILED: timedelta(seconds=config.failed_retention),
-        JobState.CANCELLED: timedelta(seconds=config.failed_retention),
-    }
 
 
 class Maintenance:
@@ -206,16 +195,7 @@ class Maintenance:
                 self._next_history = -math.inf  # behind (a first round, a leader back): next round at once
         if now - self._last_retention >= RETENTION_EVERY:
             self._last_retention = now
-            for state, older_than in retention(runtime.config).items():
-                while True:
-                    cursor = await conn.execute(
-                        statements["delete_finished_jobs"],
-                        {"state": state.value, "older_than": older_than, "limit": BATCH},
-                    )
-                    done["deleted"] += cursor.rowcount
-                    if cursor.rowcount < BATCH:
-                        break
-                    await asyncio.sleep(0)
+            done["deleted"] = await prune(conn, runtime.config)
             await conn.execute(
                 statements["delete_stale_worker_instances"],
                 {"older_than": timedelta(seconds=max(runtime.config.heartbeat_staleness, 30.0))},
