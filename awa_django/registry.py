@@ -53,7 +53,8 @@ class JobHandler:
     a ``JobCall`` with the same two methods. ``timeout`` (seconds) overrides the queue's deadline
     for this kind; ``retry`` holds its ``retry_on`` / ``discard_on`` / ``backoff`` rules;
     ``fair_key`` is how its jobs get a fairness key when the enqueue names none (a constant, or a
-    callable of the args dict).
+    callable of the args dict). ``atomic`` runs a ``def`` handler inside ``transaction.atomic()`` on
+    the jobs' database with its completion written in that transaction (``awa_django.worker.atomic``).
     """
 
     kind: str
@@ -65,6 +66,7 @@ class JobHandler:
     timeout: float | None = None
     retry: RetryPolicy = DEFAULT_POLICY
     fair_key: FairKeyRule | None = None
+    atomic: bool = False
     is_async: bool = field(init=False)
     # What the signature accepts, read once here; None where it cannot be read (a builtin, a
     # callable without a signature, a context-taking signature without a positional parameter):
@@ -73,6 +75,7 @@ class JobHandler:
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.func)
+        check_atomic(self.kind, self.func, self.atomic, is_async=self.is_async)
         try:
             self.args_check = ArgsCheck.of(self.func, takes_context=self.takes_context)
         except (TypeError, ValueError):
@@ -175,6 +178,22 @@ def _legacy_call(
     )
     call = JobCall(handler, {}).using(**options)
     return JobCall(handler, call.options, dict(legacy[0] or {}))
+
+
+def check_atomic(kind: str, func: Callable[..., Any], atomic: object, *, is_async: bool) -> None:
+    """RegistryError naming the handler and the fix: ``atomic`` not a bool, or an ``async def``
+    handler asked to be atomic (Django's transactions belong to one thread's connection, which an
+    async handler's ORM calls do not keep: ``sync_to_async`` may run each on another)."""
+    where = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    if not isinstance(atomic, bool):
+        raise RegistryError(f"job {kind!r} ({where}): atomic={atomic!r} must be True or False")
+    if atomic and is_async:
+        raise RegistryError(
+            f"job {kind!r}: atomic=True needs a plain def handler, and {where} is async def; "
+            "Django runs no transaction across an async handler's ORM calls. Write it as def (the worker "
+            "runs it in its thread pool, on a Django connection of its own), or drop atomic=True and "
+            "make its writes idempotent"
+        )
 
 
 def _jobs() -> JobManager:
@@ -341,6 +360,7 @@ def job(
     discard_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     backoff: Backoff | Callable[[int], float] | None = None,
     fair_key: FairKeyRule | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobHandler]:
     """Register a handler for ``kind``. ``async def`` runs on the worker's loop, ``def`` in a thread.
 
@@ -361,6 +381,12 @@ def job(
     str, or a callable of the job's args dict (``lambda args: f"tenant:{args['tenant_id']}"``),
     called at enqueue; an explicit ``fair_key=`` at enqueue wins. A callable that raises or returns
     a bad key refuses that enqueue with InvalidJobError naming the kind.
+
+    ``atomic=True`` (a ``def`` handler only): the handler runs inside ``transaction.atomic()`` on the
+    jobs' database, and its completion is written in that transaction before it commits, so its
+    database writes commit exactly when its job completes (docs/guide/exactly-once.md). A handler
+    that raises rolls its writes back; the retry or failure is written on its own. An ``async def``
+    handler, or a value that is not a bool, raises RegistryError here.
     """
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
     key_rule = check_fair_key_rule(kind, fair_key)
@@ -386,6 +412,7 @@ def job(
         raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
+        check_atomic(kind, func, atomic, is_async=inspect.iscoroutinefunction(func))
         try:
             check = ArgsCheck.of(func, takes_context=takes_context)
         except (TypeError, ValueError) as exc:
@@ -407,6 +434,7 @@ def job(
                 timeout=kind_timeout,
                 retry=rules,
                 fair_key=key_rule,
+                atomic=atomic,
             )
         )
         if spec is not None:

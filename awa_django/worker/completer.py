@@ -27,6 +27,9 @@ A write the ``(id, running, run_lease)`` guard refuses is named for what happene
 back by primary key (only then): cancelled or deleted while running is ``discarded`` (the
 operator's decision stands), a job this worker handed back at shutdown is ``handed_back``, and only
 a row rescued under a newer lease is ``lost`` (the attempt's outcome could not be written).
+
+An atomic handler's outcome is written in its own transaction (awa_django.worker.atomic), not
+here; ``settled`` counts it, and names a refusal, the same way.
 """
 
 from __future__ import annotations
@@ -152,6 +155,17 @@ class Completer:
     def note_handed_back(self, ids: Sequence[int]) -> None:
         """The supervisor handed these jobs back at shutdown: a late outcome of theirs is no loss."""
         self.released.update(ids)
+
+    async def settled(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """Count (and, refused, log) an outcome an atomic handler's own transaction wrote or had
+        refused (``Outcome.settled``, awa_django.worker.atomic), as if this writer had written it:
+        ``refusal`` then says why, read back from the row like a refused batch write."""
+        entry = _Finished(job, outcome, None, None, asyncio.get_running_loop().create_future())
+        if outcome.settled:
+            self._answer(entry, True)
+            return
+        reasons = await self._refusal_reasons([entry])
+        self._answer(entry, False, reasons.get(job.id, "lost"))
 
     def refusal(self, job_id: int) -> str:
         """Why the job's refused write was refused (one of ``sink.REFUSALS``); asked once, after its future."""

@@ -223,6 +223,10 @@ class Outcome:
     error: dict[str, Any] | None = None  # an entry appended to the job's errors
     refund: int = 0  # 1 gives the attempt back (snooze)
     result: str | None = None  # the handler's return value as JSON text, when it returned one
+    # Who writes it. None: the writer (the worker's batch writer, or in-process execution). True:
+    # written already, in an atomic handler's own transaction (``awa_django.worker.atomic``). False:
+    # refused there by the (id, running, run_lease) guard, and rolled back with the handler's writes.
+    settled: bool | None = None
 
     @property
     def bare(self) -> bool:

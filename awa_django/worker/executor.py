@@ -14,6 +14,10 @@ unpaired surrogates escaped (``storable``).
 A sync handler past its deadline cannot be stopped (Python threads cannot be killed): its
 attempt ends at the deadline, and ``JobContext.running_thread`` is left set to the thread's
 future, so the caller keeps the attempt's slot until the thread really returns.
+
+An atomic handler (``@job(atomic=True)``) runs in a transaction on the jobs' database with its
+completion written inside it (``atomic.run_atomic``): its outcome comes back ``settled``, and the
+error entry of an attempt that raised says ``"atomic": true`` (its writes were rolled back).
 """
 
 from __future__ import annotations
@@ -24,16 +28,20 @@ import random
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from django.db import close_old_connections
 
+from awa_django.conf import awa_settings
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.registry import JobHandler, Registry
 from awa_django.retry import DEFAULT_BACKOFF, DEFAULT_POLICY
 from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, storable_json
+from awa_django.worker.atomic import ATOMIC_ENTRY_KEY, run_atomic
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.storable import escape_json, find_problem
 
@@ -80,8 +88,11 @@ async def _noting_timeout(call: Any, own: list[BaseException]) -> Any:
 
 
 class Executor:
-    def __init__(self, registry: Registry, sync_threads: int) -> None:
+    def __init__(self, registry: Registry, sync_threads: int, alias: str | None = None) -> None:
         self.registry = registry
+        # The Django connection atomic handlers run their transaction on: the jobs' database
+        # (AWA["DATABASE_ALIAS"], read when first needed) unless given.
+        self._alias = alias
         self.threads = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="awa-sync")
         self._signatures: dict[int, inspect.Signature] = {}
         # (handler, argument names) -> why they cannot call it, or None: binding depends on the names
@@ -99,13 +110,25 @@ class Executor:
             self.sync_running += 1
         close_old_connections()
         try:
-            if handler.takes_context:
-                return handler.func(context, **args)
-            return handler.func(**args)
+            return self._invoke(handler, context, args)
         finally:
             close_old_connections()
             with self._lock:
                 self.sync_running -= 1
+
+    @property
+    def alias(self) -> str:
+        if self._alias is None:
+            self._alias = awa_settings().DATABASE_ALIAS
+        return self._alias
+
+    def _invoke(self, handler: JobHandler, context: JobContext, args: dict[str, Any]) -> Any:
+        """Call a ``def`` handler in this thread: its return value, or, for an atomic handler, the
+        ``settled`` Outcome ``run_atomic`` gives (its completion written in its transaction)."""
+        call = partial(handler.func, context, **args) if handler.takes_context else partial(handler.func, **args)
+        if handler.atomic:
+            return run_atomic(self.alias, call, context, self._completed_with)
+        return call()
 
     def _bind_error(self, handler: JobHandler, args: dict[str, Any]) -> str | None:
         """Why these args cannot call the handler (a TypeError a retry would repeat), or None."""
@@ -148,6 +171,14 @@ class Executor:
         mismatch = self._bind_error(handler, args)
         if mismatch is not None:
             return Outcome(JobState.FAILED, error=error_entry(job, mismatch))
+        outcome = await self._run(job, handler, context, args, deadline)
+        if handler.atomic and outcome.error is not None:
+            outcome = replace(outcome, error={**outcome.error, ATOMIC_ENTRY_KEY: True})
+        return outcome
+
+    async def _run(
+        self, job: ClaimedJob, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+    ) -> Outcome:
         own: list[BaseException] = []  # a TimeoutError the handler raised itself, not the deadline's
         try:
             if handler.is_async:
@@ -155,6 +186,9 @@ class Executor:
                 result = await (call if deadline is None else asyncio.wait_for(_noting_timeout(call, own), deadline))
             else:
                 result = await self._run_sync(handler, context, args, deadline)
+                if handler.atomic:
+                    settled: Outcome = result  # run_atomic's: completed and written, or not a completion
+                    return settled
             return COMPLETED if result is None else self._completed_with(job, result)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()

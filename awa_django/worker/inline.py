@@ -13,6 +13,10 @@ worker's batch writer. Nothing here restates a state rule.
 ``def`` handlers run in the calling thread itself: both use the caller's connection and see its
 transaction. There is no deadline and no heartbeat: nothing else is running to rescue the job.
 
+An atomic handler (``@job(atomic=True)``) runs as in the worker (``awa_django.worker.atomic``): in
+``transaction.atomic()`` on the caller's connection (a savepoint inside the caller's transaction),
+its completion written inside it, so its writes and its completion stand or fall together here too.
+
 Used by immediate mode and ``run_jobs`` (``awa_django.inline``, ``awa_django.testing``), and
 imported only by them, when a job runs.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -49,15 +53,13 @@ class InlineExecutor(Executor):
     worker's ``_call_sync``, connections are not closed around the call: it is the caller's.
     """
 
-    def __init__(self, handlers: Registry) -> None:
-        super().__init__(handlers, sync_threads=1)
+    def __init__(self, handlers: Registry, alias: str) -> None:
+        super().__init__(handlers, sync_threads=1, alias=alias)
 
     async def _run_sync(
         self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
     ) -> Any:
-        call: Callable[[], Any]
-        call = partial(handler.func, context, **args) if handler.takes_context else partial(handler.func, **args)
-        running = sync_to_async(call, thread_sensitive=True)()
+        running = sync_to_async(partial(self._invoke, handler, context, args), thread_sensitive=True)()
         return await (running if deadline is None else asyncio.wait_for(running, deadline))
 
 
@@ -95,7 +97,7 @@ def claim(
 
 def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -> JobRun:
     """Run one claimed attempt through the worker's Executor and write its outcome, like a worker."""
-    executor = InlineExecutor(handlers or registry)
+    executor = InlineExecutor(handlers or registry, alias)
     context = JobContext(job)
     try:
         with running_here():
@@ -103,7 +105,10 @@ def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -
     finally:
         executor.shutdown()
     context.finishing = True
-    written = write_outcome(alias, job, outcome, context.progress_json)
+    if outcome.settled is None:
+        written = write_outcome(alias, job, outcome, context.progress_json)
+    else:  # an atomic handler's: written (or refused) in its own transaction
+        written = outcome.settled
     if not written:  # only a concurrent writer could have changed the row: say so, never hide it
         logger.warning(
             "in-process attempt not written: its row changed meanwhile (cancelled, deleted or rescued) "

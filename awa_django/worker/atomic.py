@@ -1,0 +1,114 @@
+"""Atomic attempts (``@job(atomic=True)``): a handler's database writes commit with its completion.
+
+The handler runs inside ``transaction.atomic()`` on the jobs' database, on the Django connection of
+the thread that runs it. When it returns, its completion is written in that same transaction, before
+it commits, by the statements every finalising write uses (``writes.outcome_writes``: complete_jobs,
+or finalize_jobs for a result or progress), guarded by (id, running, run_lease). So:
+
+- the guard accepts: the handler's writes, the completion, the jobs it enqueued, the workflow
+  releases the completion causes (awa_release_jobs runs inside complete_jobs) and its
+  ``transaction.on_commit`` callbacks all take effect with one COMMIT, the handler's own;
+- the guard refuses (the job was rescued, cancelled or handed back while the handler ran): the
+  transaction rolls back with the handler's writes, and the attempt ends as a refused write does
+  (``Outcome.settled`` False), leaving no follow-up;
+- the handler raises (a retry, a snooze, a cancel, a failure), returns a value that cannot be
+  stored, or marked its transaction for rollback: the transaction rolls back, and the outcome goes
+  to the usual writer (the worker's batch writer, or in-process execution) on its own.
+
+A worker killed anywhere before the COMMIT leaves an open transaction that Postgres rolls back when
+the connection drops; the rescue then runs the job again on a clean slate. Killed after it, the job
+is completed and nothing runs again. That is the exactly-once of the handler's database writes.
+
+Cost: the completion is one statement on the connection the handler already holds, sent in one
+pipeline with the transaction's BEGIN when the handler ran no statement, and committed by the
+handler's own COMMIT: no other connection, no other commit. Used by ``Executor`` (the worker's
+thread pool) and ``InlineExecutor`` (immediate mode, ``run_jobs``), the one home of the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+
+from awa_django.sql import statements
+from awa_django.states import JobState
+from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.worker.writes import Written, outcome_writes
+
+ATOMIC_ENTRY_KEY = "atomic"
+"""The key an atomic attempt's error entry carries (True): the attempt ran in a transaction, and
+its writes were rolled back. The job page shows it."""
+
+
+class RolledBackError(RuntimeError):
+    """An atomic handler returned with its transaction marked for rollback
+    (``transaction.set_rollback(True)``): its completion cannot commit without its writes."""
+
+
+class _NotCompleted(Exception):  # noqa: N818 (a signal out of the atomic block, never shown)
+    """Carries an outcome other than a completion out of the atomic block, rolling it back."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.state)
+        self.outcome = outcome
+
+
+class _Refused(Exception):  # noqa: N818 (a signal out of the atomic block, never shown)
+    """The lease guard refused the completion: roll the handler's writes back."""
+
+
+def run_atomic(
+    alias: str,
+    call: Callable[[], Any],
+    context: JobContext,
+    completed_with: Callable[[ClaimedJob, Any], Outcome],
+) -> Outcome:
+    """Run ``call`` (the handler, bound to its args) in a transaction on Django's connection
+    ``alias`` and write its completion in it (see the module docstring).
+
+    Returns the outcome: ``settled`` True (completed and committed), False (refused by the lease
+    guard, rolled back), or None (not a completion: rolled back, for the usual writer to write).
+    What the handler raises propagates, after the rollback, for the caller to map to an outcome.
+    ``completed_with`` turns a return value into an outcome (a completion with the stored
+    result, or a failure naming a value Postgres cannot store).
+    """
+    job = context.job
+    try:
+        with transaction.atomic(using=alias):
+            result = call()
+            outcome = COMPLETED if result is None else completed_with(job, result)
+            if outcome.state is not JobState.COMPLETED:
+                raise _NotCompleted(outcome)
+            if transaction.get_rollback(using=alias):
+                raise RolledBackError(
+                    f"the handler of {job.kind!r} returned with its transaction marked for rollback "
+                    "(transaction.set_rollback(True)), and an atomic handler's completion commits only with "
+                    "its writes; raise an exception to roll back and retry, or raise awa_django.Cancel to stop"
+                )
+            context.finishing = True  # the heartbeat leaves the row alone from here
+            if not write_completion(alias, job, outcome, context.progress_json):
+                raise _Refused
+    except _NotCompleted as not_completed:
+        return not_completed.outcome
+    except _Refused:
+        return Outcome(outcome.state, result=outcome.result, settled=False)
+    return Outcome(outcome.state, result=outcome.result, settled=True)
+
+
+def write_completion(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
+    """Write the completion on Django's connection ``alias``, in its open transaction, with the
+    statements the batch writer would run for it (one pipeline: with BEGIN, if none was sent yet);
+    False if the (id, running, run_lease) guard refused it."""
+    writes = outcome_writes([Written(job, outcome, progress)])
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        raw = connection.connection
+        assert raw is not None  # the cursor connected
+        results = []
+        with raw.pipeline():
+            for name, params in writes:
+                cursor.execute(statements[name], params)
+                results.append(cursor.fetchall())
+    return any(rows for rows in results)
