@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import EmptyResultSet
-from django.core.paginator import Page, Paginator
+from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import connections, transaction
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -81,13 +81,28 @@ def pretty_json(value: Any) -> SafeString:
     return format_html('<pre class="awa-pre">{}</pre>', text)
 
 
+# The job list's keyset parameters: ``?before=ID`` is the page of the matching jobs just older than
+# ID, ``?after=ID`` the page just newer (``after=0``: the oldest page). Each is one walk of the id
+# index from ID, however deep into the history: a page number is an OFFSET, which on an estimated
+# list of millions reads every row before the page.
+BEFORE_VAR = "before"
+AFTER_VAR = "after"
+
+
 class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     """Never COUNT(*)s the whole table: the planner's estimate when unfiltered, a capped count otherwise.
 
-    ``awa_estimated`` / ``awa_capped`` tell the pagination template which one it shows.
+    ``awa_estimated`` / ``awa_capped`` tell the pagination template which one it shows. Such a list
+    is paged by id (``awa_before`` / ``awa_after``, the keyset parameters above) rather than by
+    number: a page number's OFFSET past ``awa_limit`` rows is refused (InvalidPage, which the admin
+    answers as a bad lookup), since on an estimated list it would read every row before the page.
     """
 
     awa_limit = COUNT_LIMIT
+    awa_before: int | None = None  # the page is the matches just older than this id
+    awa_after: int | None = None  # ... or just newer than this one
+    awa_has_older = False  # set by a keyset page: more matches lie past its oldest row
+    awa_has_newer = False  # ... or past its newest
     WINDOW_SPARE = 2  # the window holds twice the ids an even spread of the matches would need
     WINDOW_MAX = 250_000  # ids: a few thousand heap pages walked at most before the plain query
     awa_estimated = False
@@ -127,7 +142,27 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             self._awa_ids = sorted(ids, reverse=True)
         return len(ids)
 
+    @property
+    def awa_by_id(self) -> bool:
+        """The list is paged by id: its count is an estimate or capped, or an id bound was asked."""
+        return self.awa_estimated or self.awa_capped or self.awa_keyset
+
+    @property
+    def awa_keyset(self) -> bool:
+        return self.awa_before is not None or self.awa_after is not None
+
+    def validate_number(self, number: Any) -> int:
+        number = super().validate_number(number)
+        if self.awa_estimated and (number - 1) * self.per_page > self.awa_limit:
+            raise EmptyPage(
+                f"page {number} is past the first {self.awa_limit} jobs of an estimated list: "
+                f"page by id (?{BEFORE_VAR}=ID or ?{AFTER_VAR}=ID) instead"
+            )
+        return number
+
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
+        if self.awa_keyset:
+            return self._keyset_page()
         # A search counted under the bound has read every matching id: the page is those of its
         # ids, read by primary key (the search asked again of those rows only: a job that left it
         # since is not shown), not the whole search run again (over every state: twice the time).
@@ -148,10 +183,46 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
                     self.object_list = queryset.order_by((F("id") + 0).desc())
                 else:
                     number = self.validate_number(number)
-                    rows = self._newest_window(queryset, number)
+                    rows = self._newest_window(queryset, *self._bounds(number))
                     if rows is not None:
                         return Page(rows, number, self)
         return super().page(number)
+
+    def _keyset_page(self) -> Page:  # type: ignore[type-arg]
+        """The page of ``per_page`` matches just older than ``awa_before`` (or just newer than
+        ``awa_after``), newest first, read as page 1 of the list bounded by that id: a walk of the
+        id index from the bound (or the ids a search's count read), never an OFFSET. One row more
+        than the page is read in the direction of travel, to know whether there is a next page."""
+        queryset = self.object_list
+        wanted = self.per_page + 1
+        older = self.awa_after is None
+        bound = self.awa_before if older else self.awa_after
+        assert bound is not None  # awa_keyset
+        if self._awa_ids is not None:
+            ids = [i for i in self._awa_ids if (i < bound if older else i > bound)]
+            ids = ids[:wanted] if older else ids[-wanted:]
+            rows = list(queryset.filter(id__in=ids).order_by("-id"))
+        else:
+            # As page(): a filter counted whole is sorted, not walked down the primary key (which, for
+            # a few matches, reads the table); a dense one is walked, the capped first in a window.
+            few = bool(queryset.query.where) and not self.awa_capped
+            newest = (F("id") + 0).desc() if few else "-id"
+            oldest = (F("id") + 0).asc() if few else "id"
+            rows = None
+            if older and queryset.query.where and self.awa_capped:
+                rows = self._newest_window(queryset.filter(id__lt=bound), 0, wanted, ceiling=bound - 1)
+            if rows is None and older:
+                rows = list(queryset.filter(id__lt=bound).order_by(newest)[:wanted])
+            elif rows is None:
+                rows = list(queryset.filter(id__gt=bound).order_by(oldest)[:wanted])[::-1]
+        more = len(rows) > self.per_page
+        if older:
+            self.awa_has_older, self.awa_has_newer = more, True
+            rows = rows[: self.per_page]
+        else:
+            self.awa_has_older, self.awa_has_newer = bound > 0, more
+            rows = rows[-self.per_page :] if more else rows
+        return Page(rows, 1, self)
 
     def _bounds(self, number: int) -> tuple[int, int]:
         """Page ``number``'s slice of the rows, as Paginator.page cuts it (orphans, last page)."""
@@ -159,8 +230,11 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         top = bottom + self.per_page
         return bottom, self.count if top + self.orphans >= self.count else top
 
-    def _newest_window(self, queryset: QuerySet[Any], number: int) -> list[Any] | None:
-        """Page ``number`` of a capped filter, read among the newest ids only, or None.
+    def _newest_window(
+        self, queryset: QuerySet[Any], bottom: int, top: int, ceiling: int | None = None
+    ) -> list[Any] | None:
+        """Rows ``bottom:top`` of a capped filter, read among the newest ids only (at most
+        ``ceiling``, when given: a keyset page's bound), or None.
 
         A capped filter has more matches than the paginator counts. Where its predicate has a GIN
         index (args, tags, error text), the planner, misjudging how many rows match, reads every
@@ -173,7 +247,6 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         exactly the page's rows (it holds the newest ids, and the list is in id order); when it
         does not, the caller asks the plain query, the waste bounded by the window.
         """
-        bottom, top = self._bounds(number)
         connection = connections[queryset.db]
         scans = "SELECT set_config('enable_bitmapscan', %s, true), set_config('enable_seqscan', %s, true)"
         table = connection.ops.quote_name(queryset.model._meta.db_table)
@@ -184,6 +257,10 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             low, high, *before = cursor.fetchone()
             if high is None:
                 return None
+            if ceiling is not None:
+                high = min(high, ceiling)
+                if high < low:
+                    return []
             floor = high - min(-(-self.WINDOW_SPARE * top * (high - low + 1) // self.count), self.WINDOW_MAX)
             cursor.execute(scans, ["off", "off"])
             try:

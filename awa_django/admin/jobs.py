@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -24,6 +25,8 @@ from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import (
+    AFTER_VAR,
+    BEFORE_VAR,
     SEARCH_COUNT_LIMIT,
     BoundedCountPaginator,
     SafeSelectionMixin,
@@ -64,6 +67,7 @@ class JobChangeList(ChangeList):
     awa_unfinished_skipped: int | None = None
     awa_searched_states: list[str] | None = None
     awa_every_state_url: str = ""
+    awa_newer_url = awa_older_url = awa_newest_url = awa_oldest_url = ""  # set by get_results
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -81,8 +85,32 @@ class JobChangeList(ChangeList):
 
     def get_filters_params(self, params: Any = None) -> Any:
         lookup_params = super().get_filters_params(params)
-        lookup_params.pop(EVERY_STATE_VAR, None)  # the search's scope, not a field lookup
+        for name in (EVERY_STATE_VAR, BEFORE_VAR, AFTER_VAR):  # the search's scope and the page's id bound
+            lookup_params.pop(name, None)  # ... not field lookups
         return lookup_params
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # A list too long to count is paged by id (BoundedCountPaginator): its links, kept beside
+        # the list's filters and search. ``awa_newest_url`` and ``awa_oldest_url`` stay empty where
+        # the page already is the newest or the oldest.
+        self.awa_newer_url = self.awa_older_url = self.awa_newest_url = self.awa_oldest_url = ""
+        paginator = self.paginator
+        if not (isinstance(paginator, BoundedCountPaginator) and paginator.awa_by_id and self.multi_page):
+            return
+        rows = list(self.result_list)
+        keyset = paginator.awa_keyset
+        has_older = paginator.awa_has_older if keyset else len(rows) == self.list_per_page
+        has_newer = paginator.awa_has_newer if keyset else self.page_num > 1
+        drop = [BEFORE_VAR, AFTER_VAR, PAGE_VAR, ERROR_FLAG]
+        if rows and has_older:
+            self.awa_older_url = self.get_query_string({BEFORE_VAR: rows[-1].pk}, drop)
+        if rows and has_newer:
+            self.awa_newer_url = self.get_query_string({AFTER_VAR: rows[0].pk}, drop)
+        if has_newer:
+            self.awa_newest_url = self.get_query_string({}, drop)
+        if has_older:
+            self.awa_oldest_url = self.get_query_string({AFTER_VAR: 0}, drop)
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
         queryset = super().get_queryset(request, exclude_parameters)
@@ -172,6 +200,14 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
         if not isinstance(paginator, BoundedCountPaginator):
             return paginator
+        for name in (BEFORE_VAR, AFTER_VAR):
+            value = request.GET.get(name)
+            if value is None:
+                continue
+            bound = parse_id(value)
+            if bound is None:  # the admin answers a bad lookup by the list with ?e=1
+                raise IncorrectLookupParameters(f"{name}={brief(value, 40)}: a page's bound is a job id")
+            setattr(paginator, f"awa_{name}", bound)
         term = request.GET.get(SEARCH_VAR, "").strip()
         if term and parse_id(term.lstrip("#")) is None:
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer

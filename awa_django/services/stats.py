@@ -286,9 +286,10 @@ def throughput(minutes: int = 60, now: datetime | None = None) -> Throughput:
 
 
 def estimated_job_count() -> int | None:
-    """The planner's estimate of awa_job's rows, or None when the table was never analysed."""
+    """The planner's estimate of every job's row, hot (awa_job) and finished (the partitions of
+    awa_job_done, where it exists), or None when none of those tables was ever analysed."""
     with connections[database_alias()].cursor() as cursor:
-        cursor.execute(statements["estimate_job_count"], {"table": Job._meta.db_table})
+        cursor.execute(statements["estimate_job_count"])
         row = cursor.fetchone()
     if row is None or row[0] is None or row[0] <= 0:
         return None

@@ -59,7 +59,9 @@ def _check_object_urls(client: Client, value: str) -> None:
 
 
 def _check_lists(client: Client, value: str) -> None:
-    for name in ("q", "kind", "queue", "state__exact", "state__isnull", "p", "o", "e", "all", "every_state"):
+    names = ("q", "kind", "queue", "state__exact", "state__isnull", "p", "o", "e", "all", "every_state")
+    names += ("before", "after")  # the page's id bound
+    for name in names:
         _ok(client.get(f"/admin/awa/job/?{urlencode({name: value})}"))
     _ok(client.get(f"/admin/awa/job/?{urlencode({'q': 'user_id=1', 'every_state': value})}"))
     for name in ("q", "p", "o", "paused__exact"):

@@ -1,0 +1,154 @@
+"""A job list too long to count (an estimate, or a capped count) is paged by id: following its
+"older" links from the newest page, and its "newer" links from the oldest, each visits every
+matching job exactly once, in order, whatever the spread of the matches, the page size and the
+count's bound; and no page number reaches past the bound of an estimated list (an OFFSET there
+would read every row before the page).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from awa_django.admin import jobs as jobs_admin
+from awa_django.admin.helpers import BoundedCountPaginator
+from awa_django.admin.jobs import JobAdmin
+from awa_django.models import Job
+
+BASE = "/admin/awa/job/"
+STATES = ("completed", "failed", "available")
+FILTERS = {"none": "", "failed": "state__exact=failed", "failed, q": "state__exact=failed&q=user_id%3D1"}
+
+
+def analyse_jobs() -> None:
+    """The planner's statistics of every table holding jobs, as autovacuum would leave them."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE awa_job")
+        cursor.execute("SELECT to_regclass('awa_job_done') IS NOT NULL")
+        if cursor.fetchone()[0]:
+            cursor.execute("ANALYZE awa_job_done")
+
+
+def walk(client: Client, url: str, link: str) -> tuple[list[int], list[Any]]:
+    """The ids of every page reached from ``url`` by following ``link`` ('older' or 'newer'), and
+    the change lists seen."""
+    ids: list[int] = []
+    seen = []
+    for _ in range(200):
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        cl = response.context["cl"]
+        seen.append(cl)
+        ids += [job.pk for job in cl.result_list]
+        following = getattr(cl, f"awa_{link}_url")
+        if not following:
+            return ids, seen
+        assert following.startswith("?")
+        url = BASE + following
+    raise AssertionError(f"more than 200 pages following {link} from {url}")
+
+
+def chunked_newest_first(ids: list[int], size: int) -> list[int]:
+    """``ids`` (any order) as the newer links show them: the oldest ``size`` first, each page
+    newest first."""
+    rising = sorted(ids)
+    return [pk for i in range(0, len(rising), size) for pk in reversed(rising[i : i + size])]
+
+
+@pytest.mark.django_db
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=st.lists(st.tuples(st.sampled_from(STATES), st.booleans()), min_size=2, max_size=40),
+    per_page=st.integers(1, 4),
+    name=st.sampled_from(sorted(FILTERS)),
+    data=st.data(),
+)
+def test_older_and_newer_links__visit_every_match_once_in_order(
+    admin_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: list[tuple[str, bool]],
+    per_page: int,
+    name: str,
+    data: st.DataObject,
+) -> None:
+    Job.objects.all().delete()
+    Job.objects.bulk_create(Job(kind="k", state=state, args={"user_id": int(hit)}) for state, hit in jobs)
+    analyse_jobs()
+    query = FILTERS[name]
+    matching = Job.objects.all()
+    if "failed" in query:
+        matching = matching.filter(state="failed")
+    if "user_id" in query:
+        matching = matching.filter(args__user_id=1)
+    expected = list(matching.order_by("-id").values_list("pk", flat=True))
+    assume(len(expected) > per_page)
+    # The count's bound below the matches (so the list is estimated or capped) and at least a page
+    # (as in the console: 10,000 and 50). A search reads its matches' ids when they are fewer than
+    # its own bound: then only a page's id bound pages it by id (the walk starts with one).
+    limit = data.draw(st.integers(per_page, len(expected) - 1), label="count bound")
+    search_limit = data.draw(st.sampled_from([limit, 1_000]), label="search's count bound")
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", limit)
+    monkeypatch.setattr(jobs_admin, "SEARCH_COUNT_LIMIT", search_limit)
+    monkeypatch.setattr(JobAdmin, "list_per_page", per_page)
+    counted_whole = "q=" in query and search_limit == 1_000
+    start = f"{BASE}?{query}" + (f"&before={2**62}" if counted_whole else "")
+
+    older, pages = walk(admin_client, start, "older")
+    newer, _ = walk(admin_client, f"{BASE}?{query}&after=0", "newer")
+
+    assert older == expected
+    assert newer == chunked_newest_first(expected, per_page)
+    assert all(cl.paginator.awa_by_id for cl in pages), "a list past its count's bound is paged by id"
+
+
+@pytest.mark.django_db
+def test_each_page_is_newest_first_and_newer_pages_come_in_order(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Job.objects.bulk_create(Job(kind="k", state="completed") for _ in range(10))
+    analyse_jobs()
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", 3)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 4)
+    ids = list(Job.objects.order_by("id").values_list("pk", flat=True))
+    url, pages = f"{BASE}?after=0", []
+    while url:
+        cl = admin_client.get(url).context["cl"]
+        pages.append([job.pk for job in cl.result_list])
+        url = BASE + cl.awa_newer_url if cl.awa_newer_url else ""
+    # The oldest page holds the oldest four, the next the four after them, the newest the rest:
+    # each newest first.
+    assert pages == [ids[3::-1], ids[7:3:-1], ids[9:7:-1]]
+    last = admin_client.get(f"{BASE}?before={ids[0]}").context["cl"]
+    assert list(last.result_list) == [] and not last.awa_older_url
+
+
+@pytest.mark.django_db
+def test_an_estimated_list__refuses_page_numbers_past_the_bound_and_shows_id_links(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Job.objects.bulk_create(Job(kind="k", state="completed") for _ in range(30))
+    analyse_jobs()
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", 10)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 5)
+    first = admin_client.get(BASE)
+    cl = first.context["cl"]
+    assert cl.paginator.awa_estimated and cl.result_count >= 30
+    html = first.content.decode()
+    assert 'class="awa-older"' in html and 'class="awa-oldest"' in html and 'class="awa-newer"' not in html
+    assert admin_client.get(f"{BASE}?p=3").status_code == 200  # an OFFSET of 10 rows: within the bound
+    refused = admin_client.get(f"{BASE}?p=4")  # 15 rows: past it
+    assert refused.status_code == 302 and refused["Location"].endswith("?e=1")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["x", "-1", "9" * 30, "1.5"])
+def test_a_bound_that_is_no_job_id__is_a_bad_lookup(admin_client: Client, value: str) -> None:
+    Job.objects.bulk_create(Job(kind="k", state="completed") for _ in range(3))
+    for name in ("before", "after"):
+        refused = admin_client.get(BASE, {name: value})
+        assert refused.status_code == 302 and refused["Location"].endswith("?e=1"), (name, value)
