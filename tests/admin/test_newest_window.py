@@ -20,6 +20,9 @@ from awa_django.admin import jobs
 from awa_django.admin.helpers import BoundedCountPaginator
 from awa_django.models import Job
 
+JOB_TABLE = f'"{Job._meta.db_table}"'  # the quoted table (or view) the model reads
+LISTED = f'SELECT {JOB_TABLE}."id", {JOB_TABLE}."kind"'  # the list's page query begins so
+
 # Each job: does it match the filter (args user_id=1)?  A run of booleans in id order, so the
 # matches can be spread evenly, bunched among the oldest ids, or bunched among the newest.
 SPREADS = st.lists(st.booleans(), min_size=1, max_size=120)
@@ -88,10 +91,8 @@ def test_dense_matches_are_paged_in_one_windowed_statement(
         response = admin_client.get("/admin/awa/job/", {"q": "user_id=1", "state__exact": "failed"})
     assert "more than 60 jobs" in response.content.decode()
     assert [job.pk for job in response.context["cl"].result_list] == expected
-    listed = [
-        q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "awa_job"."id", "awa_job"."kind"')
-    ]
-    assert len(listed) == 1 and '"awa_job"."id" >' in listed[0], listed
+    listed = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(LISTED)]
+    assert len(listed) == 1 and f'{JOB_TABLE}."id" >' in listed[0], listed
     assert scan_settings() == ("on", "on")
 
 
@@ -108,10 +109,8 @@ def test_old_matches_fall_back_to_the_plain_query(monkeypatch: pytest.MonkeyPatc
     assert paginator.count == 61 and paginator.awa_capped
     with CaptureQueriesContext(connection) as queries:
         assert page_ids(paginator, 1) == expected
-    listed = [
-        q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "awa_job"."id", "awa_job"."kind"')
-    ]
-    assert len(listed) == 2 and '"awa_job"."id" >' in listed[0] and '"awa_job"."id" >' not in listed[1], listed
+    listed = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(LISTED)]
+    assert len(listed) == 2 and f'{JOB_TABLE}."id" >' in listed[0] and f'{JOB_TABLE}."id" >' not in listed[1], listed
 
 
 @pytest.mark.django_db
