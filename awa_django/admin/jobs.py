@@ -40,10 +40,12 @@ from awa_django.admin.search import (
     EVERY_STATE_VAR,
     UNFINISHED_SEARCH_LIMIT,
     answer_within_budget,
+    error_search_states,
     estimated_unfinished_jobs,
     indexed_search,
     narrowed_states,
     search_jobs,
+    searches_error_text,
 )
 from awa_django.admin.search import HELP as SEARCH_HELP
 from awa_django.admin.timeline import attempt_timeline, shown_time, time_field
@@ -66,6 +68,7 @@ class JobChangeList(ChangeList):
     # many unfinished jobs were left unsearched, and the link that searches them too.
     awa_unfinished_skipped: int | None = None
     awa_searched_states: list[str] | None = None
+    awa_completed_skipped = False  # an error text search over every state left completed jobs out
     awa_every_state_url: str = ""
     awa_newer_url = awa_older_url = awa_newest_url = awa_oldest_url = ""  # set by get_results
 
@@ -115,9 +118,11 @@ class JobChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
         queryset = super().get_queryset(request, exclude_parameters)
         skipped = getattr(request, "awa_unfinished_skipped", None)
+        self.awa_completed_skipped = getattr(request, "awa_completed_skipped", False)
         if skipped is not None:
             self.awa_unfinished_skipped = skipped
             self.awa_searched_states = getattr(request, "awa_searched_states", None)
+        if skipped is not None or self.awa_completed_skipped:
             self.awa_every_state_url = self.get_query_string({EVERY_STATE_VAR: "1"})
         # Only the listed columns: the JSON columns (args, errors, result…) can be large.
         return queryset.only(*JobAdmin.list_columns)
@@ -232,6 +237,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
                 states = narrowed_states(search_term)
                 request.awa_unfinished_skipped = unfinished  # type: ignore[attr-defined]
                 request.awa_searched_states = states  # type: ignore[attr-defined]
+            elif searches_error_text(search_term):  # every state but completed (no index on its error text)
+                states = error_search_states()
+                request.awa_completed_skipped = True  # type: ignore[attr-defined]
             request.awa_search_scoped = True  # type: ignore[attr-defined]
         return search_jobs(queryset, search_term, states), False
 

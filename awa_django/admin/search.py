@@ -83,6 +83,8 @@ STATE_GROUPS: tuple[tuple[JobState, ...], ...] = (
 )
 
 UNFINISHED_SEARCH_LIMIT = 50_000
+# The finished states whose error text an index covers (awa_job_done_error_text_idx, on the failed branch).
+ERROR_INDEXED_STATES = (JobState.FAILED, JobState.CANCELLED)
 EVERY_STATE_VAR = "every_state"  # the job list's query parameter: search unfinished jobs too, however many
 
 HELP = (
@@ -219,11 +221,25 @@ def indexed_search(search_term: str) -> bool:
         return False
 
 
+def searches_error_text(search_term: str) -> bool:
+    """The term asks error text (``error:TEXT``, alone or beside other terms)."""
+    return any(t.startswith("error:") and len(t) > 6 for t in _terms(search_term.strip()))
+
+
 def narrowed_states(search_term: str) -> list[str]:
     """The states an indexed search asks when narrowed to finished jobs: completed, failed and
-    cancelled, and retryable too when it asks error text (awa_job_error_text_idx covers them)."""
-    errors = any(t.startswith("error:") for t in _terms(search_term.strip()))
-    return sorted([*TERMINAL_STATES, *([JobState.RETRYABLE] if errors else [])])
+    cancelled. Error text: failed and cancelled (the trigram index of awa_job_done's failed branch)
+    and retryable (few, in the hot table), not completed (no index covers their error text)."""
+    if searches_error_text(search_term):
+        return sorted([*ERROR_INDEXED_STATES, JobState.RETRYABLE])
+    return sorted(TERMINAL_STATES)
+
+
+def error_search_states() -> list[str]:
+    """The states an error text search over every state asks when few jobs are unfinished: all
+    but completed, whose error text no index covers (a job that completed after a failed attempt
+    keeps its errors: reading them all is a read of the whole completed history)."""
+    return sorted(state for state in JobState if state != JobState.COMPLETED)
 
 
 def estimated_unfinished_jobs() -> int:
