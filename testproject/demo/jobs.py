@@ -1,5 +1,6 @@
 """Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``spin``,
-``fail``, ``record`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
+``fail``, ``record``, ``count_atomic``, ``count_plain``, ``noop_sync``, ``noop_atomic`` and
+``send_welcome``, and one periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.core.mail import send_mail
+from django.db import connection
 from django.utils import timezone
 
 from awa_django import JobContext, job
@@ -68,6 +70,41 @@ def record(context: JobContext, seconds: float = 0.0) -> None:
     if seconds:
         time.sleep(float(seconds))
     Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+
+
+COUNTER_TABLE = "demo_counter"
+"""The table ``count_atomic`` and ``count_plain`` increment: ``(id int PRIMARY KEY, n bigint)`` with
+one row, id 1. No migration creates it: the test that counts with it does (test_atomic_chaos)."""
+
+
+def _count(ms: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE demo_counter SET n = n + 1 WHERE id = 1")
+    time.sleep(float(ms) / 1000)
+
+
+@job("count_atomic", atomic=True, max_attempts=50)
+def count_atomic(ms: float = 5.0) -> None:
+    """Adds 1 to the demo counter, then works for ``ms`` milliseconds, in one transaction with its
+    completion: the counter ends equal to the number of completed jobs, however workers die."""
+    _count(ms)
+
+
+@job("count_plain", max_attempts=50)
+def count_plain(ms: float = 5.0) -> None:
+    """``count_atomic`` without ``atomic``: the increment commits at once, and a worker killed
+    during the work runs the job again, counting it twice."""
+    _count(ms)
+
+
+@job("noop_sync")
+def noop_sync() -> None:
+    """Does nothing, as a ``def`` handler (in the worker's thread pool): bench/atomic.py's baseline."""
+
+
+@job("noop_atomic", atomic=True)
+def noop_atomic() -> None:
+    """Does nothing, atomically: its completion is written in its own transaction (bench/atomic.py)."""
 
 
 @job("send_welcome", queue="emails", max_attempts=5)
