@@ -39,14 +39,14 @@ def _ids(ids: Iterable[int | str]) -> list[int]:
 
 def _locked(ids: list[int], states: Sequence[str], skip_locked: bool = False) -> list[tuple[int, str, str]]:
     """Lock the rows among ``ids`` that are in ``states``, in id order; return (id, queue, state).
-    With ``skip_locked`` a row locked elsewhere (a worker finalising it) is left out, not waited for."""
-    return list(
-        Job.objects.using(database_alias())
-        .select_for_update(skip_locked=skip_locked)
-        .filter(pk__in=ids, state__in=list(states))
-        .order_by("pk")
-        .values_list("pk", "queue", "state")
-    )
+    With ``skip_locked`` a row locked elsewhere (a worker finalising it) is left out, not waited for.
+    Raw SQL: the model reads a view of the hot and finished tables, which cannot be locked."""
+    with connections[database_alias()].cursor() as cursor:
+        cursor.execute(
+            statements["lock_jobs_skip_locked" if skip_locked else "lock_jobs"],
+            {"ids": ids, "states": [str(state) for state in states]},
+        )
+        return [(int(job_id), str(queue), str(state)) for job_id, queue, state in cursor.fetchall()]
 
 
 def retry_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:

@@ -12,7 +12,8 @@
 --     descent per priority, never a read of the backlog;
 --   scheduled, retryable: awa_job_pending_queue_idx (queue, state);
 --   running: awa_job_key_running_idx (queue, fair_key);
---   failed: awa_job_failed_queue_idx (queue, run_at).
+--   failed: awa_job_all (migration 0023): the failed jobs left hot (awa_job_finalized_idx) and the
+--   failed partitions of awa_job_done (awa_job_done_queue_idx (queue, id)).
 -- So the cost is the rows counted, at most lim per (queue, state) with a limit: the console's
 -- pages stay cheap on a table of any size. Completed and cancelled rows are never read. No lock.
 WITH RECURSIVE
@@ -35,9 +36,9 @@ running_queues(queue) AS (
     FROM running_queues q WHERE q.queue IS NOT NULL
 ),
 failed_queues(queue) AS (
-    SELECT min(queue) FROM awa_job WHERE state = 'failed'
+    SELECT min(queue) FROM awa_job_all WHERE state = 'failed'
     UNION ALL
-    SELECT (SELECT min(j.queue) FROM awa_job j WHERE j.state = 'failed' AND j.queue > q.queue)
+    SELECT (SELECT min(j.queue) FROM awa_job_all j WHERE j.state = 'failed' AND j.queue > q.queue)
     FROM failed_queues q WHERE q.queue IS NOT NULL
 )
 SELECT q.queue, 'available' AS state,
@@ -67,7 +68,7 @@ FROM running_queues q
 WHERE q.queue IS NOT NULL AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
 UNION ALL
 SELECT q.queue, 'failed',
-       (SELECT count(*) FROM (SELECT 1 FROM awa_job j
+       (SELECT count(*) FROM (SELECT 1 FROM awa_job_all j
                               WHERE j.state = 'failed' AND j.queue = q.queue LIMIT %(lim)s::int) c),
        NULL
 FROM failed_queues q

@@ -1,5 +1,7 @@
--- delete_finished_jobs: retention; delete one batch of jobs of one finished state finalised before
--- the cutoff, with their in-edges (awa_job_edge rows whose downstream they are), and the workflow
+-- delete_finished_jobs: retention's sweep of the finished jobs left in the hot table (a unique job
+-- that keeps its key past its end, a job finished before migration 0023: the rest are in
+-- awa_job_done, whose partitions are dropped whole); delete one batch of jobs of one finished
+-- state finalised before the cutoff, with their in-edges (awa_job_edge rows whose downstream they are), and the workflow
 -- rows left without a job. Parameters: state (text: completed, failed or cancelled), older_than
 -- (interval), limit (int). Returns one row per deleted job (the caller counts rowcount).
 -- Index: awa_job_finalized_idx (state, finalized_at); awa_job_edge_downstream_idx; awa_job_workflow_idx.
@@ -28,7 +30,7 @@ WITH old AS (
     DELETE FROM awa_workflow AS w
     WHERE w.id = ANY(ARRAY(SELECT DISTINCT workflow_id FROM gone WHERE workflow_id IS NOT NULL))
       AND NOT EXISTS (
-          SELECT 1 FROM awa_job AS j
+          SELECT 1 FROM awa_job_all AS j
           WHERE j.workflow_id = w.id AND j.id <> ALL(ARRAY(SELECT id FROM gone))
       )
 )

@@ -4,6 +4,7 @@
 -- outcome is lost). Runs only when a write was refused, never on the normal path.
 -- Parameters: ids (bigint[]). Index: the primary key, one probe per id.
 -- Locking: none; a plain read in autocommit.
+-- Storage (migration 0023): awa_job_all, the view of the hot and the finished jobs.
 SELECT id, state, run_lease
-FROM awa_job
+FROM awa_job_all
 WHERE id = ANY(%(ids)s::bigint[])

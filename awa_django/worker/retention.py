@@ -1,25 +1,91 @@
-"""Retention: finished jobs past their keep time leave the database.
+"""Retention: finished jobs past their keep time leave the database, a partition at a time.
 
-``prune`` is the leader's retention duty, one call per sweep. It is its own module so that the
-leader's loop can run it beside (never in front of) promotion, rescue and schedules; how the rows
-go is this module's business (docs/storage.md).
+Finished jobs live in ``awa_job_done`` (migration 0023): LIST partitioned by state into a
+completed branch and a failed branch (failed and cancelled, kept longer), each RANGE partitioned
+by ``finalized_at``. ``prune``, the leader's retention duty, keeps each branch's partitions:
+
+- **ahead**: the range partitions from the current one to ``AHEAD`` widths past now exist, so a
+  finishing job lands in its own partition, never in the branch's DEFAULT one;
+- **drop**: a partition whose upper bound is older than its branch's retention is dropped whole,
+  in a transaction of its own under a short ``lock_timeout`` (a DROP takes its branch's ACCESS
+  EXCLUSIVE lock: held for milliseconds, and given up, to be tried again next sweep, rather than
+  queue finishing jobs behind a long console query);
+- **sweep**: what partitions cannot hold is deleted in bounded batches, by index: the finished
+  rows still in the hot table (unique jobs keeping their key past their end, jobs finished before
+  migration 0023) and the DEFAULT partitions.
+
+A partition's width follows its branch's retention (``width_for``): a day for a retention of a
+day or more, down to a minute for a retention of minutes, so a job is kept at most its retention
+plus one width, and a branch has about retention / width + ``AHEAD`` partitions. The pure part
+(names, widths, what to create and what to drop) is separate from the statements that do it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.config import WorkerConfig
 
-__all__ = ["BATCH", "prune", "retention"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AHEAD",
+    "BATCH",
+    "BRANCHES",
+    "WIDTHS",
+    "Partition",
+    "ensure_partitions",
+    "plan_creates",
+    "plan_drops",
+    "prune",
+    "retention",
+    "width_for",
+]
 
 BATCH = 1000
+# Partition widths, widest first: a branch's width is the widest not longer than its retention.
+WIDTHS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=10), timedelta(minutes=1))
+AHEAD = 2  # range partitions exist this many widths past now
+# A DROP or ATTACH waits at most this long for its lock, then gives up until the next sweep.
+LOCK_TIMEOUT = "200ms"
+# The rows a new partition takes over from its branch's DEFAULT partition at most; with more, the
+# range is left to the default (swept by batches) and the next range is created instead.
+MOVE_FROM_DEFAULT_MAX = 100_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One LIST partition of awa_job_done, RANGE partitioned by finalized_at."""
+
+    table: str
+    prefix: str  # its range partitions' names: prefix + the lower bound, UTC
+    states: tuple[JobState, ...]
+
+
+BRANCHES = (
+    Branch("awa_job_done_completed", "awa_job_done_c_", (JobState.COMPLETED,)),
+    Branch("awa_job_done_failed", "awa_job_done_f_", (JobState.FAILED, JobState.CANCELLED)),
+)
+
+
+@dataclass(frozen=True)
+class Partition:
+    branch: str
+    name: str
+    lower: datetime
+    upper: datetime
 
 
 def retention(config: WorkerConfig) -> dict[JobState, timedelta]:
@@ -31,10 +97,179 @@ def retention(config: WorkerConfig) -> dict[JobState, timedelta]:
     }
 
 
-async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int:
-    """Delete the finished jobs past their retention; return how many went."""
+def branch_retention(branch: Branch, config: WorkerConfig) -> timedelta:
+    """The longest retention among the branch's states (they share partitions)."""
+    keep = retention(config)
+    return max(keep[state] for state in branch.states)
+
+
+def width_for(keep: timedelta) -> timedelta:
+    """The partition width for a retention: the widest of WIDTHS not longer than it."""
+    for width in WIDTHS:
+        if width <= keep:
+            return width
+    return WIDTHS[-1]
+
+
+def floor_to(moment: datetime, width: timedelta) -> datetime:
+    """``moment`` rounded down to a multiple of ``width`` since the epoch (UTC)."""
+    return EPOCH + ((moment - EPOCH) // width) * width
+
+
+def partition_name(branch: Branch, lower: datetime) -> str:
+    return f"{branch.prefix}{lower.astimezone(UTC):%Y%m%d_%H%M}"
+
+
+def plan_creates(existing: Sequence[Partition], now: datetime, width: timedelta) -> list[tuple[datetime, datetime]]:
+    """The ranges to create so that partitions cover [the current width's start, now + AHEAD
+    widths), after the existing ones: each ends on a multiple of ``width``, so a width changed with
+    the retention realigns at the first new range. Never a range overlapping an existing one."""
+    start = floor_to(now, width)
+    if existing:
+        start = max(start, max(p.upper for p in existing))
+    ranges: list[tuple[datetime, datetime]] = []
+    while start < now + AHEAD * width:
+        end = floor_to(start, width) + width
+        ranges.append((start, end))
+        start = end
+    return ranges
+
+
+def plan_drops(existing: Iterable[Partition], now: datetime, keep: timedelta) -> list[Partition]:
+    """The partitions every row of which is past the retention (upper bound <= now - keep)."""
+    return [p for p in existing if p.upper <= now - keep]
+
+
+async def list_partitions(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[Partition]]:
+    """Each branch's range partitions, oldest first."""
+    found: dict[str, list[Partition]] = {branch.table: [] for branch in BRANCHES}
+    cursor = await conn.execute(statements["list_job_partitions"])
+    for table, name, lower, upper in await cursor.fetchall():
+        found[table].append(Partition(table, name, lower, upper))
+    return found
+
+
+async def _database_now(conn: psycopg.AsyncConnection[Any]) -> datetime:
+    cursor = await conn.execute("SELECT now()")
+    row = await cursor.fetchone()
+    assert row is not None
+    moment: datetime = row[0]
+    return moment
+
+
+async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: datetime, upper: datetime) -> bool:
+    """Create and attach one range partition, taking over its range's rows from the DEFAULT
+    partition (few: they finished before the range existed). False when the default holds too
+    many rows of the range to move, or the locks were not had in time."""
+    name = partition_name(branch, lower)
+    table = sql.Identifier(branch.table)
+    default = sql.Identifier(f"{branch.table}_default")
+    partition = sql.Identifier(name)
+    try:
+        async with conn.transaction():
+            await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            # The default partition's rows of the range must leave it before the ATTACH checks
+            # it, and none may arrive meanwhile: ATTACH takes this lock anyway.
+            await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(default))
+            cursor = await conn.execute(
+                sql.SQL(
+                    "SELECT count(*) FROM (SELECT 1 FROM {} WHERE finalized_at >= %s AND finalized_at < %s LIMIT %s) r"
+                ).format(default),
+                (lower, upper, MOVE_FROM_DEFAULT_MAX + 1),
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] > MOVE_FROM_DEFAULT_MAX:
+                logger.warning(
+                    "retention: %s already holds over %d jobs finished in [%s, %s); that range stays in it",
+                    f"{branch.table}_default",
+                    MOVE_FROM_DEFAULT_MAX,
+                    lower.isoformat(),
+                    upper.isoformat(),
+                )
+                return False
+            await conn.execute(
+                sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(partition, table)
+            )
+            await conn.execute(
+                sql.SQL(
+                    "WITH moved AS (DELETE FROM {} WHERE finalized_at >= %s AND finalized_at < %s RETURNING *) "
+                    "INSERT INTO {} SELECT * FROM moved"
+                ).format(default, partition),
+                (lower, upper),
+            )
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+                    table, partition, sql.Literal(lower), sql.Literal(upper)
+                )
+            )
+    except psycopg.errors.LockNotAvailable:
+        logger.info("retention: %s not created this sweep: its locks were busy", name)
+        return False
+    return True
+
+
+async def ensure_partitions(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> list[str]:
+    """Create the range partitions due now and AHEAD widths ahead; return their names."""
+    now = await _database_now(conn)
+    existing = await list_partitions(conn)
+    created: list[str] = []
+    for branch in BRANCHES:
+        width = width_for(branch_retention(branch, config))
+        for lower, upper in plan_creates(existing[branch.table], now, width):
+            if await _create(conn, branch, lower, upper):
+                created.append(partition_name(branch, lower))
+    return created
+
+
+async def _drop(conn: psycopg.AsyncConnection[Any], partition: Partition) -> float | None:
+    """Drop one partition with its workflow steps' in-edges (and the workflows left empty);
+    return the seconds the DROP's transaction took (its lock's hold), None when the lock was busy."""
+    table = sql.Identifier(partition.name)
+    cursor = await conn.execute(
+        sql.SQL("SELECT DISTINCT workflow_id FROM {} WHERE workflow_id IS NOT NULL").format(table)
+    )
+    workflows = [row[0] for row in await cursor.fetchall()]
+    started = time.monotonic()
+    try:
+        async with conn.transaction():
+            await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            if workflows:
+                await conn.execute(
+                    sql.SQL(
+                        "DELETE FROM awa_job_edge AS e USING {} AS j "
+                        "WHERE j.workflow_id IS NOT NULL AND e.downstream_id = j.id"
+                    ).format(table)
+                )
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+            held = time.monotonic() - started
+    except psycopg.errors.LockNotAvailable:
+        logger.info("retention: %s not dropped this sweep: its branch's lock was busy", partition.name)
+        return None
+    if workflows:
+        await conn.execute(statements["delete_empty_workflows"], {"ids": workflows})
+    return held
+
+
+async def drop_expired(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> list[str]:
+    """Drop every partition past its branch's retention; return their names."""
+    now = await _database_now(conn)
+    existing = await list_partitions(conn)
+    dropped: list[str] = []
+    for branch in BRANCHES:
+        for partition in plan_drops(existing[branch.table], now, branch_retention(branch, config)):
+            held = await _drop(conn, partition)
+            if held is not None:
+                logger.info("retention: dropped %s (lock held %.3f s)", partition.name, held)
+                dropped.append(partition.name)
+    return dropped
+
+
+async def sweep(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int:
+    """Delete, in bounded batches, the finished jobs past retention that no partition drop takes:
+    those still in the hot table and those in the DEFAULT partitions. Return how many went."""
+    keep = retention(config)
     deleted = 0
-    for state, older_than in retention(config).items():
+    for state, older_than in keep.items():
         while True:
             cursor = await conn.execute(
                 statements["delete_finished_jobs"],
@@ -44,4 +279,26 @@ async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int
             if cursor.rowcount < BATCH:
                 break
             await asyncio.sleep(0)
+    while True:
+        cursor = await conn.execute(
+            statements["delete_default_finished_jobs"],
+            {
+                "completed_older_than": keep[JobState.COMPLETED],
+                "failed_older_than": max(keep[JobState.FAILED], keep[JobState.CANCELLED]),
+                "limit": BATCH,
+            },
+        )
+        deleted += cursor.rowcount
+        if cursor.rowcount < BATCH:
+            break
+        await asyncio.sleep(0)
     return deleted
+
+
+async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int:
+    """One retention sweep: partitions ahead, expired partitions dropped, leftovers swept.
+    Returns the rows the sweep deleted (a dropped partition's rows are not counted: they are
+    not read)."""
+    await ensure_partitions(conn, config)
+    await drop_expired(conn, config)
+    return await sweep(conn, config)

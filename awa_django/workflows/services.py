@@ -44,13 +44,9 @@ def retry_workflow(workflow_id: int) -> int:
     """
     alias = database_alias()
     with transaction.atomic(using=alias):
-        jobs = dict(
-            Job.objects.using(alias)
-            .select_for_update()
-            .filter(workflow_id=workflow_id)
-            .order_by("pk")
-            .values_list("pk", "state")
-        )
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statements["lock_workflow_jobs"], {"workflow": workflow_id})
+            jobs: dict[int, str] = {int(job_id): str(state) for job_id, state in cursor.fetchall()}
         rearm = {job_id for job_id, state in jobs.items() if state in (JobState.FAILED, JobState.CANCELLED)}
         if not rearm:
             return 0
