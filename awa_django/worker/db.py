@@ -2,7 +2,8 @@
 
 No ORM on the event loop. The pool serves claims, batched writes, heartbeats and snapshots;
 LISTEN and the maintenance leader each hold a dedicated connection, so the budget per worker
-process is POOL_SIZE + 2 connections.
+process is POOL_SIZE + 2 connections; the leader, one worker at a time, holds two more while it
+leads (its retention and history duties, worker/duty.py).
 
 Behind a transaction pooler (AWA["POOLER"] = "transaction") no connection made here keeps session
 state: psycopg never prepares (``prepare_threshold=None``, unless AWA["PREPARED_STATEMENTS"] says

@@ -1,17 +1,24 @@
 """The maintenance leader: one worker at a time, elected in Postgres (see ``election``).
 
-The leader fires due periodic-job slots (``scheduler``), promotes due scheduled/retryable jobs,
-rescues running jobs whose heartbeat went stale or whose deadline passed, ages the priority of
-long-waiting jobs, rolls the finished jobs up into the console's per-minute history (``history``),
-deletes finished jobs past their retention in batches, and removes stale worker snapshots.
-Leadership is a session-level advisory lock held on a dedicated connection (if the leader dies
-or loses its connection, Postgres drops the lock and another worker takes over on its next round),
-or, behind a transaction pooler, a lease row renewed at the start of each round. Between rounds it
-sleeps the maintenance interval, or less when a schedule is due sooner.
+The leader's round fires due periodic-job slots (``scheduler``), promotes due scheduled/retryable
+jobs, rescues running jobs whose heartbeat went stale or whose deadline passed, plans cluster
+capacity and ages the priority of long-waiting jobs. Between rounds it sleeps the maintenance
+interval, or less when a schedule is due sooner.
+
+Its two slow duties run beside the round, each on a task and a connection of its own (``duty``),
+so that neither ever delays a promotion, a rescue or a schedule: retention (finished jobs past
+their keep time leave, ``retention``; stale worker snapshots go) every ``RETENTION_EVERY`` seconds,
+and the rollup of finished jobs into the console's per-minute history (``history``). They run only
+while this worker leads: started when it gains the leadership, cancelled when it loses it.
+
+Leadership is a session-level advisory lock held on the main connection (if the leader dies or
+loses its connection, Postgres drops the lock and another worker takes over on its next round),
+or, behind a transaction pooler, a lease row renewed at the start of each round.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -28,6 +35,7 @@ from awa_django.observability.joblog import log_job
 from awa_django.sql import statements
 from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
+from awa_django.worker.duty import Duty
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
 from awa_django.worker.history import roll_up_history
 from awa_django.worker.retention import prune, retention
@@ -53,10 +61,11 @@ class Maintenance:
         self.runtime = runtime
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
-        self._last_retention = -math.inf  # the first round sweeps
         self._rescue_at = -math.inf  # the first round rescues
-        self._next_history = -math.inf  # time.monotonic() the next rollup round is due; the first rolls up
         self.rounds = 0
+        # Started when this worker gains the leadership, stopped when it loses it (module docstring).
+        self.retention = Duty("retention", runtime, self._sweep, leading=self._leading, period=RETENTION_EVERY)
+        self.history = Duty("history", runtime, self._roll_up, leading=self._leading, period=defaults.HISTORY_EVERY)
         self.cluster = ClusterLeader(runtime)
         self.scheduler = Scheduler(runtime.registry)
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
@@ -66,10 +75,18 @@ class Maintenance:
             transaction_pooler=awa_settings().transaction_pooler,
         )
 
+    def _leading(self) -> bool:
+        return self.is_leader and not self.runtime.stop.stopping
+
+    async def _stop_duties(self) -> None:
+        await asyncio.gather(self.retention.stop(), self.history.stop())
+
     async def close(self) -> None:
-        """Resign (so another worker leads at once) and close the connection."""
+        """Stop the side duties, resign (so another worker leads at once) and close the connection."""
+        was_leader, self.is_leader = self.is_leader, False
+        await self._stop_duties()  # before resigning: no duty runs once another worker may lead
         if self.conn is not None:
-            if self.is_leader and not self.conn.closed:
+            if was_leader and not self.conn.closed:
                 try:
                     await self.election.resign(self.conn)
                 except psycopg.Error as exc:  # the lease then expires on its own
@@ -87,13 +104,19 @@ class Maintenance:
             try:
                 if self.conn is None or self.conn.closed:
                     self.is_leader = False
+                    await self._stop_duties()
                     self.election.connection_lost()
                     self.conn = await connect(runtime.config.database_alias, purpose="maintenance")
                 was_leader = self.is_leader
                 self.is_leader = await self.election.campaign(self.conn)
                 if self.is_leader and not was_leader:
                     logger.info("this worker is now the maintenance leader instance=%s", runtime.identity.instance_id)
+                elif was_leader and not self.is_leader:
+                    logger.warning("this worker is no longer the maintenance leader")
+                    await self._stop_duties()
                 if self.is_leader:
+                    self.retention.start()  # no-ops while they run
+                    self.history.start()
                     try:
                         await self.run_once(self.conn)
                     except psycopg.DatabaseError as exc:
@@ -136,9 +159,10 @@ class Maintenance:
         return rescued
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
-        """One round of the leader's duties; returns counts of what it did."""
+        """One round of the leader's duties that keep a cadence (retention and the history rollup run
+        beside it, ``Duty``); returns counts of what it did."""
         runtime = self.runtime
-        done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0, "history": 0, "deleted": 0}
+        done = {"fired": 0, "promoted": 0, "rescued": 0, "aged": 0}
         # Schedules first: their jobs are due now, and a round's other duties can take a while.
         self._next_fire = None
         done["fired"] = await self.scheduler.fire_due(conn)
@@ -181,24 +205,29 @@ class Maintenance:
                     {"queue": queue.name, "aging": timedelta(seconds=queue.priority_aging), "limit": BATCH},
                 )
                 done["aged"] += len(await cursor.fetchall())
-        now = time.monotonic()
-        # Before retention: a job is rolled up before the sweep can delete it.
-        # A round recomputes the open minutes whole, so under load it re-reads each finished job a
-        # few times (a drain of 4,000 jobs/s: 1-1.5 s a round, a tenth of a core at a round every
-        # 10 s): rounds are spaced by their own cost too, at most a twentieth of the leader's time.
-        if now >= self._next_history:
-            bounds = await roll_up_history(conn)
-            took = time.monotonic() - now
-            self._next_history = now + max(defaults.HISTORY_EVERY, defaults.HISTORY_COST_FACTOR * took)
-            done["history"] = 1
-            if bounds.catching_up:
-                self._next_history = -math.inf  # behind (a first round, a leader back): next round at once
-        if now - self._last_retention >= RETENTION_EVERY:
-            self._last_retention = now
-            done["deleted"] = await prune(conn, runtime.config)
-            await conn.execute(
-                statements["delete_stale_worker_instances"],
-                {"older_than": timedelta(seconds=max(runtime.config.heartbeat_staleness, 30.0))},
-            )
         self.rounds += 1
         return done
+
+    async def _sweep(self, conn: psycopg.AsyncConnection[Any]) -> float:
+        """The retention duty's step: finished jobs past their retention, then stale snapshots."""
+        config = self.runtime.config
+        deleted = await prune(conn, config)
+        if deleted:
+            logger.debug("retention deleted %d finished job(s)", deleted)
+        if self._leading():
+            await conn.execute(
+                statements["delete_stale_worker_instances"],
+                {"older_than": timedelta(seconds=max(config.heartbeat_staleness, 30.0))},
+            )
+        return RETENTION_EVERY
+
+    async def _roll_up(self, conn: psycopg.AsyncConnection[Any]) -> float:
+        """The history duty's step: one rollup round. Rounds are spaced by their own cost too (a
+        round recomputes the open minutes whole, so under load it re-reads their finished jobs a
+        few times): at most a twentieth of a connection's time. A round that stopped short of the
+        current minute (a new leader catching up) is followed at once."""
+        started = time.monotonic()
+        bounds = await roll_up_history(conn)
+        if bounds.catching_up:
+            return 0.0
+        return max(defaults.HISTORY_EVERY, defaults.HISTORY_COST_FACTOR * (time.monotonic() - started))
