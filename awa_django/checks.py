@@ -346,6 +346,48 @@ def check_schedules(app_configs: Any = None, databases: Any = None, **kwargs: An
     return messages
 
 
+@register(Tags.compatibility)  # asks the routers, opens no connection
+def check_atomic_databases(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.W010: ``@job(atomic=True)`` handlers are registered, and the routers send some models'
+    writes to another database than the jobs' (AWA['DATABASE_ALIAS']): an atomic handler's
+    transaction covers the jobs' database only, so its writes there commit on their own."""
+    from django.apps import apps
+    from django.db import router
+
+    from awa_django.registry import registry
+
+    kinds = sorted(handler.kind for handler in registry if handler.atomic)
+    current = _current()
+    if not kinds or current is None or current.DATABASE_ALIAS not in settings.DATABASES:
+        return []
+    alias = current.DATABASE_ALIAS
+    elsewhere: dict[str, list[str]] = {}
+    for model in apps.get_models():
+        if model._meta.app_label == "awa":
+            continue
+        target = router.db_for_write(model)
+        if target != alias:
+            elsewhere.setdefault(str(target), []).append(model._meta.label)
+    if not elsewhere:
+        return []
+    where = "; ".join(
+        f"{db!r}: {', '.join(labels[:4])}{f' and {len(labels) - 4} more' if len(labels) > 4 else ''}"
+        for db, labels in sorted(elsewhere.items())
+    )
+    shown = ", ".join(repr(kind) for kind in kinds[:5]) + (f" and {len(kinds) - 5} more" if len(kinds) > 5 else "")
+    return [
+        Warning(
+            f"atomic handlers ({shown}) commit their writes with their completion on database {alias!r} "
+            f"(AWA['DATABASE_ALIAS']) only; models written to another database ({where}) commit on their own, "
+            "and a rescued attempt writes them again",
+            hint=f"have atomic handlers write only models routed to {alias!r} (DATABASE_ROUTERS), put the jobs in "
+            "their models' database (AWA['DATABASE_ALIAS']), or make their other writes idempotent; silence this "
+            "with SILENCED_SYSTEM_CHECKS = ['awa.W010'] once they are",
+            id="awa.W010",
+        )
+    ]
+
+
 def _pooler_warnings(current: AwaSettings) -> list[CheckMessage]:
     """awa.W004 polling only behind a transaction pooler; awa.W005 Django's server-side cursors left
     on behind one. (The values themselves are checked by ``awa_django.conf``: awa.E012-E014.)"""
