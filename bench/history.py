@@ -1,0 +1,775 @@
+"""The hot path against a big history, alternated with an empty database (issue 43).
+
+    python bench/history.py compare --history 5560000 --pairs 3     # the issue's database, 3 pairs
+    python bench/history.py compare --history 200000 --pairs 1      # quick check (a minute or two)
+    python bench/history.py compare --history 5000000,10000000,20000000 --pairs 3   # the curve
+    python bench/history.py prune --day 5000000 --pairs 1
+    python bench/history.py drop                                   # drop this bench's databases
+
+``compare`` builds (once; reused while its row counts match) a database with ``--history`` rows
+shaped like the issue's: per 5,560,000 rows, 5,000,000 completed, 300,000 failed and 50,000
+cancelled jobs finished over the last 24 hours, in awa_job_done's daily range partitions (created
+first with the worker's own ``retention._create`` and ``ensure_partitions``, so no row lands in a
+DEFAULT partition), and 200,000 scheduled and 10,000 retryable jobs due in the next day in awa_job;
+40 kinds, 8 queues, args with a user id, an order and an email, two tags each, an error entry on
+the failed rows. ``INSERT ... SELECT generate_series`` a million rows a statement, then VACUUM
+ANALYZE, and the history rollup caught up (as a long-running leader leaves it). Beside it, an
+empty database (``awa_bench_history_empty``).
+
+Then ``--pairs`` times, the two databases in turn (empty first on odd pairs, history first on even
+ones), on the same code, each run:
+
+- **bulk**: ``Job.objects.enqueue_many`` of ``--jobs`` (50,000) no-op jobs in one call (COPY), timed
+  in this process: jobs/s;
+- **drain**: one ``manage.py awa_worker -q bench`` (queue row max_workers=32, as bench/run.py) until
+  all of them are finished; the rate is N over the database's own span, from the first claim
+  (``min(attempted_at)``) to the last completion (``max(finalized_at)``), read from awa_job_done;
+- **pickup**: the same worker, now idle: ``--samples`` jobs enqueued one at a time (autocommit) after
+  a random 20-60 ms gap; each one's ``attempted_at - run_at`` (bench/pickup_tail.py's measure);
+- **buffers**: in a rolled-back transaction, ``--batch`` available jobs inserted into awa_job, then
+  ``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_jobs`` claiming them and of ``complete_jobs`` completing
+  them (tests/test_storage.py's completion_buffers): shared blocks hit + read per job, the best of 3.
+
+Each run starts from awa_job without the bench's jobs, vacuumed, in both databases (the hot table
+churns alike in each); the empty database's awa_job_done is emptied, the history database keeps
+the bench's earlier jobs among its finished ones (50,000 a run: about 1 % of the history each).
+Prints every pair, the median ratio history / empty of each measure, and the partitions' and
+indexes' sizes.
+
+``prune`` builds ``awa_bench_history_prune``: ``--day`` completed jobs finished yesterday, in
+yesterday's range partition, and today's partitions as the worker makes them. Each pair drains
+``--jobs`` jobs twice: without pruning, then with ``retention.drop_expired`` (this process, its own
+connection, a retention short enough that yesterday is past it; the worker's leader keeps the
+default day, so it drops nothing itself) started once a third of the jobs are done. At that moment
+a probe job is enqueued in queue ``probe`` (the worker serves it too) to run 1 s later: its
+promotion lag is ``attempted_at - run_at`` (the leader promotes every maintenance interval, 0.5 s;
+the poll interval is 1 s). Reported: the lock hold the retention logs, the drop's wall time, both
+drains' rates over their whole span and over the 3 s from the drop's start (the same offset in the
+run without), and both probes' lags. Each pair after the first builds the day again.
+
+The databases are ``awa_bench_history_*`` on the embedded server (or DATABASE_URL's server); a
+5.5 M-row history takes about 4 GB of disk: ``drop`` removes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+os.environ.setdefault("DJANGO_DEBUG", "false")  # no query log in this process
+
+PREFIX = "awa_bench_history_"
+EMPTY = PREFIX + "empty"
+PRUNE = PREFIX + "prune"
+QUEUE = "bench"
+PROBE_QUEUE = "probe"
+CHUNK = 1_000_000
+WORKER_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "awa_bench_history_worker.log"
+# The issue's mix, per 5,560,000 rows.
+MIX = {"completed": 5_000_000, "failed": 300_000, "cancelled": 50_000, "scheduled": 200_000, "retryable": 10_000}
+MIX_TOTAL = sum(MIX.values())
+
+# Finished jobs, straight into awa_job_done (the partition of their finish time, over the last 24 h).
+BUILD_DONE = """
+INSERT INTO awa_job_done (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, attempted_at,
+                          attempted_by, finalized_at, created_at, errors, metadata, tags, run_lease, fair_key, pending)
+SELECT nextval(pg_get_serial_sequence('awa_job', 'id')),
+       'kind.' || (g %% 40),
+       'q' || (g %% 8),
+       jsonb_build_object('user_id', g %% 100000, 'email', 'user' || (g %% 100000) || '@example.com',
+                          'order', jsonb_build_object('id', g, 'total', (g %% 10000) / 100.0)),
+       %(state)s::varchar,
+       1 + g %% 4,
+       CASE WHEN %(state)s = 'failed' THEN 25 ELSE 1 END,
+       25,
+       t.finished - interval '2 second',
+       t.finished - interval '1 second',
+       'bench-host:' || (g %% 4),
+       t.finished,
+       t.finished - interval '3 second',
+       CASE WHEN %(state)s = 'failed'
+            THEN jsonb_build_array(jsonb_build_object('error', 'KeyError: ''template ' || (g %% 20) || '''',
+                                                      'attempt', 25, 'at', t.finished))
+            ELSE '[]'::jsonb END,
+       '{}'::jsonb,
+       ARRAY['tenant-' || (g %% 50), 'bench'],
+       1, '', 0
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
+LATERAL (SELECT %(end)s::timestamptz - interval '1 millisecond' * ((g * 7919) %% %(span_ms)s::bigint)
+         AS finished) AS t
+"""
+
+# Waiting jobs in awa_job, due over the next day (not promoted while the bench runs).
+BUILD_HOT = """
+INSERT INTO awa_job (kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at, errors,
+                     metadata, tags, run_lease, fair_key, pending)
+SELECT 'kind.' || (g %% 40), 'q' || (g %% 8),
+       jsonb_build_object('user_id', g %% 100000, 'order', jsonb_build_object('id', g)),
+       %(state)s::varchar, 1 + g %% 4,
+       CASE WHEN %(state)s = 'retryable' THEN 1 ELSE 0 END, 25,
+       now() + interval '1 hour' + interval '1 second' * ((g * 7919) %% 86400),
+       now() - interval '1 minute',
+       CASE WHEN %(state)s = 'retryable'
+            THEN jsonb_build_array(jsonb_build_object('error', 'TimeoutError', 'attempt', 1, 'at', now()))
+            ELSE '[]'::jsonb END,
+       '{}'::jsonb, ARRAY['tenant-' || (g %% 50), 'bench'],
+       CASE WHEN %(state)s = 'retryable' THEN 1 ELSE 0 END, '', 0
+FROM generate_series(1, %(n)s::bigint) AS g
+"""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- Databases ------------------------------------------------------------------------------------
+
+
+def conninfo(name: str) -> dict[str, Any]:
+    from django.conf import settings
+
+    from bench.mvcc import conninfo as info
+
+    return info(settings.DATABASES["default"], name)
+
+
+def connect(name: str | None = None) -> Any:
+    import psycopg
+    from django.conf import settings
+
+    return psycopg.connect(**conninfo(name or settings.DATABASES["default"]["NAME"]), autocommit=True)
+
+
+def use(name: str) -> None:
+    """Point this process (Django's default connection) and the workers it starts at ``name``."""
+    from django.db import connection
+
+    connection.close()
+    connection.settings_dict["NAME"] = name  # the same dict as settings.DATABASES["default"]
+    os.environ["AWA_DB_NAME"] = name
+
+
+def exists(name: str) -> bool:
+    with connect("postgres") as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
+
+
+def prepare(name: str) -> None:
+    """Create (once) and migrate ``name``; this process then uses it."""
+    from django.core.management import call_command
+
+    if not exists(name):
+        with connect("postgres") as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    use(name)
+    call_command("migrate", verbosity=0, interactive=False)
+    from awa_django.models import Queue
+
+    Queue.objects.update_or_create(name=QUEUE, defaults={"max_workers": 32})
+
+
+def history_name(rows: int) -> str:
+    return f"{PREFIX}{rows}"
+
+
+def run_async(function: Any, *args: Any) -> Any:
+    """``function(conn, *args)`` on a worker-style async connection to the current database."""
+    from awa_django.worker.db import connect as connect_async
+
+    async def main() -> Any:
+        conn = await connect_async("default", purpose="bench")
+        try:
+            return await function(conn, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
+
+
+def default_config(completed_retention: float | None = None) -> Any:
+    """The worker's configuration with the default retentions (or a completed one given)."""
+    from awa_django import defaults
+    from awa_django.worker.config import QueueConfig, WorkerConfig
+
+    return WorkerConfig(
+        queues={QUEUE: QueueConfig(QUEUE)},
+        completed_retention=completed_retention or defaults.COMPLETED_RETENTION_DEFAULT,
+        failed_retention=defaults.FAILED_RETENTION_DEFAULT,
+    )
+
+
+async def _drop_partitions(conn: Any) -> None:
+    from awa_django.worker import retention
+
+    for found in (await retention.list_partitions(conn)).values():
+        for partition in found:
+            await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(partition.name)))
+
+
+async def _ensure(conn: Any) -> None:
+    """The partitions a worker with the default retentions makes: today's and ahead."""
+    from awa_django.worker import retention
+
+    await retention.ensure_partitions(conn, default_config())
+
+
+async def _create_range(conn: Any, lower: datetime, upper: datetime, branches: tuple[str, ...]) -> None:
+    from awa_django.worker import retention
+
+    for branch in retention.BRANCHES:
+        if branch.table in branches and not await retention._create(conn, branch, lower, upper):
+            raise SystemExit(f"could not create {branch.table}'s partition [{lower}, {upper})")
+
+
+def empty_all(conn: Any) -> None:
+    conn.execute("TRUNCATE awa_job, awa_job_done, awa_job_edge, awa_history, awa_history_mark")
+
+
+def insert_done(conn: Any, state: str, rows: int, end: datetime, span: timedelta) -> None:
+    started = time.monotonic()
+    for first in range(1, rows + 1, CHUNK):
+        last = min(first + CHUNK - 1, rows)
+        conn.execute(
+            BUILD_DONE,
+            {"state": state, "first": first, "last": last, "end": end, "span_ms": int(span.total_seconds() * 1000)},
+        )
+        log(f"  {state}: {last:,} of {rows:,} rows in {time.monotonic() - started:,.0f} s")
+
+
+def mix(rows: int) -> dict[str, int]:
+    return {state: round(rows * share / MIX_TOTAL) for state, share in MIX.items()}
+
+
+def build_history(rows: int, rebuild: bool) -> str:
+    """The history database of ``rows`` rows (the issue's mix), reused when it holds them already."""
+    name = history_name(rows)
+    prepare(name)
+    counts = mix(rows)
+    with connect() as conn:
+        marker = conn.execute("SELECT obj_description('awa_job_done'::regclass)").fetchone()[0]
+        if not rebuild and marker == f"bench history {counts}":
+            log(f"reusing {name} ({counts})")
+            return name
+        log(f"building {name}: {counts}")
+        started = time.monotonic()
+        empty_all(conn)
+    # Partitions first, as the worker makes them: yesterday's and today's day, and ahead.
+    now = datetime.now(UTC)
+    day = timedelta(days=1)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    run_async(_drop_partitions)
+    run_async(_create_range, today - day, today, ("awa_job_done_completed", "awa_job_done_failed"))
+    run_async(_ensure)
+    with connect() as conn:
+        for state in ("completed", "failed", "cancelled"):
+            insert_done(conn, state, counts[state], now, day)
+        with conn.transaction():
+            conn.execute("SET LOCAL awa.notify_by_caller = 'on'")  # nobody listens to these
+            for state in ("scheduled", "retryable"):
+                conn.execute(BUILD_HOT, {"state": state, "n": counts[state]})
+        in_default = conn.execute(
+            "SELECT (SELECT count(*) FROM awa_job_done_completed_default)"
+            " + (SELECT count(*) FROM awa_job_done_failed_default)"
+        ).fetchone()[0]
+        if in_default:
+            raise SystemExit(f"{in_default} history rows landed in a DEFAULT partition; the ranges are wrong")
+        log(f"  inserted in {time.monotonic() - started:,.0f} s; VACUUM ANALYZE")
+        conn.execute("VACUUM ANALYZE")
+    roll_up()
+    with connect() as conn:
+        conn.execute(sql.SQL("COMMENT ON TABLE awa_job_done IS {}").format(sql.Literal(f"bench history {counts}")))
+        log(f"  built in {time.monotonic() - started:,.0f} s")
+    return name
+
+
+def roll_up() -> None:
+    """The history rollup caught up, as a leader that has run for a while leaves it: otherwise the
+    first worker on the history database spends its first minutes rolling up its 24 hours (the
+    issue's "new leader's catch-up", measured on its own in bench/console_pages.py)."""
+    from awa_django.worker.history import roll_up_history
+
+    async def rounds(conn: Any) -> int:
+        n = 1
+        while (await roll_up_history(conn)).catching_up:
+            n += 1
+        return n
+
+    started = time.monotonic()
+    n = run_async(rounds)
+    log(f"  history rollup caught up in {n} rounds, {time.monotonic() - started:,.0f} s")
+
+
+def build_empty() -> str:
+    prepare(EMPTY)
+    run_async(_ensure)
+    return EMPTY
+
+
+# -- One run --------------------------------------------------------------------------------------
+
+
+def start_worker(*queues: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, str(ROOT / "manage.py"), "awa_worker"]
+    for queue in queues:
+        command += ["-q", queue]
+    with open(WORKER_LOG, "ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def clean(empty: bool) -> None:
+    """awa_job without the bench's jobs, vacuumed (both databases alike: the hot table churns the
+    same way in each); the empty database's finished jobs emptied."""
+    with connect() as conn:
+        conn.execute("DELETE FROM awa_job WHERE queue IN (%s, %s, 'buffers')", [QUEUE, PROBE_QUEUE])
+        if empty:
+            conn.execute("TRUNCATE awa_job_done, awa_history, awa_history_mark")
+        conn.execute("VACUUM ANALYZE awa_job")
+
+
+def bulk(n: int) -> tuple[float, int, int]:
+    """enqueue_many of n no-op jobs (COPY, one call); its rate and the ids' range."""
+    from awa_django.models import Job
+
+    started = time.perf_counter()
+    Job.objects.enqueue_many([{"kind": "noop", "queue": QUEUE, "args": {"seq": i}} for i in range(n)])
+    seconds = time.perf_counter() - started
+    with connect() as conn:
+        count, low, high = conn.execute(
+            "SELECT count(*), min(id), max(id) FROM awa_job WHERE queue = %s", [QUEUE]
+        ).fetchone()
+        conn.execute("VACUUM ANALYZE awa_job")  # as floor.fill does before a drain
+    if count != n:
+        raise SystemExit(f"enqueued {n} jobs, found {count}")
+    return n / seconds, low, high
+
+
+def wait_until(predicate: Any, timeout: float, proc: subprocess.Popen[bytes] | None, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the worker exited ({proc.returncode}) before {what}; see {WORKER_LOG}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def left(conn: Any) -> int:
+    """The bench's jobs not finished yet: available or running in the hot table (two partial
+    indexes; the same cost in both databases, whatever else awa_job holds)."""
+    (n,) = conn.execute(
+        "SELECT (SELECT count(*) FROM awa_job WHERE queue = %(q)s AND state = 'available')"
+        " + (SELECT count(*) FROM awa_job WHERE queue = %(q)s AND state = 'running')",
+        {"q": QUEUE},
+    ).fetchone()
+    return int(n)
+
+
+def span_rate(conn: Any, n: int, low: int, high: int) -> tuple[float, datetime]:
+    """n over the span from the first claim to the last completion, after checking every one of
+    the jobs completed once; and the first claim's moment."""
+    done, once, first, span = conn.execute(
+        "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE attempt = 1),"
+        " min(attempted_at), extract(epoch FROM max(finalized_at) - min(attempted_at))"
+        " FROM awa_job_done WHERE id BETWEEN %s AND %s AND queue = %s",
+        [low, high, QUEUE],
+    ).fetchone()
+    if done != n or once != n:
+        raise SystemExit(f"expected {n} jobs completed once, found {done} completed and {once} with attempt 1")
+    return n / float(span), first
+
+
+def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> list[float]:
+    """One job at a time into the idle worker; each one's claim now() - run_at, in ms."""
+    from awa_django.models import Job
+
+    ids = []
+    for _ in range(samples):
+        time.sleep(random.uniform(0.02, 0.06))
+        ids.append(Job.objects.enqueue("noop", queue=QUEUE).pk)
+    wait_until(lambda: left(conn) == 0, 60, proc, "the pickup samples' completion")
+    rows = conn.execute(
+        "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = ANY(%s)", [ids]
+    ).fetchall()
+    return [float(ms) for (ms,) in rows]
+
+
+BUFFERS_ROWS = """
+INSERT INTO awa_job (kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at, errors,
+                     metadata, tags, run_lease, fair_key, pending)
+SELECT 'noop', 'buffers', jsonb_build_object('seq', g), 'available', 2, 0, 25, now() - interval '1 second', now(),
+       '[]', '{}', '{}', 0, '', 0
+FROM generate_series(1, %s) AS g
+"""
+
+
+def plan_blocks(conn: Any, statement: str, params: dict[str, Any]) -> tuple[int, int]:
+    plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"]), int(plan["Shared Read Blocks"])
+
+
+@dataclass
+class Buffers:
+    claim: float  # shared blocks hit + read per job
+    claim_read: float
+    complete: float
+    complete_read: float
+
+
+def buffers(batch: int) -> Buffers:
+    """claim_jobs then complete_jobs on ``batch`` fresh jobs, rolled back; the best of 3."""
+    from awa_django.sql import statements
+    from awa_django.worker.lanes import LaneCursors
+
+    best: Buffers | None = None
+    for _ in range(3):
+        with connect() as conn, conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL awa.notify_by_caller = 'on'")
+            conn.execute(BUFFERS_ROWS, [batch])
+            params = {"queue": "buffers", "limit": batch, "deadline": None, "worker": "bench:0"}
+            params.update(LaneCursors().params())
+            claim = plan_blocks(conn, statements["claim_jobs"], params)
+            ids = [r[0] for r in conn.execute("SELECT id FROM awa_job WHERE queue = 'buffers'").fetchall()]
+            complete = plan_blocks(conn, statements["complete_jobs"], {"ids": ids, "leases": [1] * len(ids)})
+            (moved,) = conn.execute("SELECT count(*) FROM awa_job_done WHERE queue = 'buffers'").fetchone()
+            if len(ids) != batch or moved != batch:
+                raise SystemExit(f"the buffers batch: {len(ids)} claimed, {moved} completed, of {batch}")
+        got = Buffers(sum(claim) / batch, claim[1] / batch, sum(complete) / batch, complete[1] / batch)
+        if best is None or got.claim + got.complete < best.claim + best.complete:
+            best = got
+    assert best is not None
+    return best
+
+
+@dataclass
+class Run:
+    database: str
+    bulk: float
+    drain: float
+    p50: float
+    p99: float
+    buffers: Buffers
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def run_once(name: str, n: int, samples: int, batch: int) -> Run:
+    use(name)
+    clean(empty=name == EMPTY)
+    rate_bulk, low, high = bulk(n)
+    worker = start_worker(QUEUE)
+    try:
+        with connect() as conn:
+            wait_until(lambda: left(conn) == 0, max(300.0, n / 100), worker, f"the drain of {n} jobs")
+            rate_drain, _ = span_rate(conn, n, low, high)
+            times = pickup(conn, samples, worker)
+    finally:
+        stop_worker(worker)
+    return Run(name, rate_bulk, rate_drain, percentile(times, 0.5), percentile(times, 0.99), buffers(batch))
+
+
+# -- Reports --------------------------------------------------------------------------------------
+
+
+def sizes(name: str) -> None:
+    """Each table's and index's size: awa_job, and awa_job_done's leaf partitions."""
+    with connect(name) as conn:
+        rows = conn.execute(
+            """
+            SELECT c.relname, c.reltuples::bigint, pg_table_size(c.oid), pg_indexes_size(c.oid)
+            FROM pg_class AS c
+            WHERE c.oid = 'awa_job'::regclass
+               OR c.oid IN (SELECT relid FROM pg_partition_tree('awa_job_done') WHERE isleaf)
+            ORDER BY c.relname = 'awa_job' DESC, c.relname
+            """
+        ).fetchall()
+        indexes = conn.execute(
+            """
+            SELECT i.relname, sum(pg_relation_size(t.relid))
+            FROM pg_class AS i
+            JOIN pg_index AS x ON x.indexrelid = i.oid
+            CROSS JOIN LATERAL pg_partition_tree(i.oid) AS t
+            WHERE x.indrelid IN ('awa_job'::regclass, 'awa_job_done'::regclass)
+            GROUP BY i.relname ORDER BY 2 DESC
+            """
+        ).fetchall()
+    mb = 1024 * 1024
+    print(f"\nsizes in {name}:")
+    print("| table | rows (estimate) | heap MB | indexes MB |")
+    print("| --- | ---: | ---: | ---: |")
+    for relname, tuples, heap, index in rows:
+        print(f"| {relname} | {max(tuples, 0):,} | {heap / mb:,.1f} | {index / mb:,.1f} |")
+    print("| index (all partitions) | MB |\n| --- | ---: |")
+    for relname, size in indexes:
+        print(f"| {relname} | {int(size) / mb:,.1f} |")
+
+
+def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
+    """Print the pairs and the median ratios; return the medians."""
+    print(f"\nhistory {rows:,} rows against empty, {len(runs)} pairs (history / empty):")
+    print(
+        "| pair | drain jobs/s empty / history | bulk jobs/s empty / history | pickup p50 ms empty / history "
+        "| pickup p99 ms empty / history | claim buffers/job | completion buffers/job |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, (e, h) in enumerate(runs, 1):
+        print(
+            f"| {i} | {e.drain:,.0f} / {h.drain:,.0f} ({h.drain / e.drain:.2f}) "
+            f"| {e.bulk:,.0f} / {h.bulk:,.0f} ({h.bulk / e.bulk:.2f}) | {e.p50:.2f} / {h.p50:.2f} "
+            f"| {e.p99:.2f} / {h.p99:.2f} ({h.p99 / e.p99:.2f}) "
+            f"| {e.buffers.claim:.1f} / {h.buffers.claim:.1f} | {e.buffers.complete:.1f} / {h.buffers.complete:.1f} |"
+        )
+    medians = {
+        "drain": statistics.median(h.drain / e.drain for e, h in runs),
+        "bulk": statistics.median(h.bulk / e.bulk for e, h in runs),
+        "p50": statistics.median(h.p50 / e.p50 for e, h in runs),
+        "p99": statistics.median(h.p99 / e.p99 for e, h in runs),
+        "claim": statistics.median(h.buffers.claim / e.buffers.claim for e, h in runs),
+        "complete": statistics.median(h.buffers.complete / e.buffers.complete for e, h in runs),
+    }
+    print("\n| measure | empty (median) | history (median) | ratio history / empty (median of pairs) | target |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    col = {
+        "drain": ("drain, jobs/s", lambda r: r.drain, "{:,.0f}", ">= 0.95"),
+        "bulk": ("bulk enqueue, jobs/s", lambda r: r.bulk, "{:,.0f}", ">= 0.95"),
+        "p50": ("pickup p50, ms", lambda r: r.p50, "{:.2f}", ""),
+        "p99": ("pickup p99, ms", lambda r: r.p99, "{:.2f}", "<= 1.10"),
+        "claim": ("claim, shared buffers per job", lambda r: r.buffers.claim, "{:.1f}", ""),
+        "complete": ("completion, shared buffers per job", lambda r: r.buffers.complete, "{:.1f}", ""),
+    }
+    for key, (label, get, fmt, target) in col.items():
+        e = statistics.median(get(p[0]) for p in runs)
+        h = statistics.median(get(p[1]) for p in runs)
+        print(f"| {label} | {fmt.format(e)} | {fmt.format(h)} | {medians[key]:.2f} | {target} |")
+    reads = statistics.median(h.buffers.claim_read + h.buffers.complete_read for _, h in runs)
+    print(f"(blocks read from outside shared buffers per job, claim + completion, history: {reads:.2f})")
+    return medians
+
+
+def compare(args: argparse.Namespace) -> None:
+    curve: list[tuple[int, dict[str, float], list[tuple[Run, Run]]]] = []
+    build_empty()
+    for rows in args.history:
+        name = build_history(rows, args.rebuild)
+        runs: list[tuple[Run, Run]] = []
+        for pair in range(args.pairs):
+            order = [EMPTY, name] if pair % 2 == 0 else [name, EMPTY]
+            got = {db: run_once(db, args.jobs, args.samples, args.batch) for db in order}
+            runs.append((got[EMPTY], got[name]))
+            e, h = got[EMPTY], got[name]
+            log(
+                f"  pair {pair + 1}: drain {e.drain:,.0f} / {h.drain:,.0f}, bulk {e.bulk:,.0f} / {h.bulk:,.0f}, "
+                f"p99 {e.p99:.2f} / {h.p99:.2f} ms, buffers claim {e.buffers.claim:.1f} / {h.buffers.claim:.1f}, "
+                f"completion {e.buffers.complete:.1f} / {h.buffers.complete:.1f}"
+            )
+        curve.append((rows, report_pairs(rows, runs), runs))
+        sizes(name)
+        if args.drop_after:
+            drop_database(name)
+    sizes(EMPTY)
+    if len(curve) > 1:
+        print("\ncurve (medians; ratios history / empty, paired):")
+        print(
+            "| history rows | drain jobs/s | drain ratio | bulk ratio | pickup p99 ratio "
+            "| claim buffers/job | completion buffers/job |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for rows, medians, runs in curve:
+            print(
+                f"| {rows:,} | {statistics.median(h.drain for _, h in runs):,.0f} | {medians['drain']:.2f} "
+                f"| {medians['bulk']:.2f} | {medians['p99']:.2f} "
+                f"| {statistics.median(h.buffers.claim for _, h in runs):.1f} "
+                f"| {statistics.median(h.buffers.complete for _, h in runs):.1f} |"
+            )
+
+
+# -- Pruning --------------------------------------------------------------------------------------
+
+
+class Held(logging.Handler):
+    """Collects the retention's "dropped X (lock held N s)" lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def build_prune_day(rows: int) -> None:
+    """awa_bench_history_prune: ``rows`` completed jobs finished yesterday, in yesterday's partition."""
+    prepare(PRUNE)
+    now = datetime.now(UTC)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if now - today < timedelta(minutes=2):
+        raise SystemExit("yesterday's partition is not past a 60 s retention yet: run this after 00:02 UTC")
+    with connect() as conn:
+        empty_all(conn)
+    run_async(_drop_partitions)
+    run_async(_create_range, today - timedelta(days=1), today, ("awa_job_done_completed",))
+    run_async(_ensure)
+    started = time.monotonic()
+    with connect() as conn:
+        insert_done(
+            conn, "completed", rows, today - timedelta(milliseconds=1), timedelta(days=1) - timedelta(seconds=1)
+        )
+        conn.execute("VACUUM ANALYZE")
+    log(f"  the day built in {time.monotonic() - started:,.0f} s")
+
+
+def finished(conn: Any, job_id: int) -> bool:
+    return bool(conn.execute("SELECT finalized_at IS NOT NULL FROM awa_job_all WHERE id = %s", [job_id]).fetchone()[0])
+
+
+@dataclass
+class PruneRun:
+    rate: float
+    window_rate: float
+    lag_ms: float
+    held: list[str] = field(default_factory=list)
+    drop_seconds: float = 0.0
+
+
+def prune_once(n: int, prune: bool, window: float) -> PruneRun:
+    """Drain n jobs; a third in, a probe due 1 s later, and (``prune``) the expired day dropped."""
+    from awa_django.models import Job
+    from awa_django.worker import retention
+
+    clean(empty=False)
+    _, low, high = bulk(n)
+    worker = start_worker(QUEUE, PROBE_QUEUE)
+    handler = Held()
+    logging.getLogger("awa_django.worker.retention").addHandler(handler)
+    drop_seconds = 0.0
+    try:
+        with connect() as conn:
+            wait_until(lambda: left(conn) <= n * 2 // 3, max(300.0, n / 100), worker, "a third of the drain")
+            (began,) = conn.execute("SELECT now()").fetchone()
+            probe = Job.objects.enqueue("noop", queue=PROBE_QUEUE, run_at=began + timedelta(seconds=1)).pk
+            if prune:
+                started = time.monotonic()
+                dropped = run_async(retention.drop_expired, default_config(completed_retention=60.0))
+                drop_seconds = time.monotonic() - started
+                if not dropped:
+                    raise SystemExit("drop_expired dropped nothing: build the day first (prune --day N)")
+            wait_until(lambda: left(conn) == 0, max(300.0, n / 100), worker, f"the drain of {n} jobs")
+            rate, _ = span_rate(conn, n, low, high)
+            wait_until(lambda: finished(conn, probe), 60, worker, "the probe's completion")
+            (in_window,) = conn.execute(
+                "SELECT count(*) FROM awa_job_done WHERE id BETWEEN %s AND %s AND queue = %s"
+                " AND finalized_at >= %s AND finalized_at < %s + %s * interval '1 second'",
+                [low, high, QUEUE, began, began, window],
+            ).fetchone()
+            (lag,) = conn.execute(
+                "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = %s", [probe]
+            ).fetchone()
+    finally:
+        logging.getLogger("awa_django.worker.retention").removeHandler(handler)
+        stop_worker(worker)
+    return PruneRun(rate, in_window / window, float(lag), handler.lines, drop_seconds)
+
+
+def prune(args: argparse.Namespace) -> None:
+    logging.getLogger("awa_django.worker.retention").setLevel(logging.INFO)
+    pairs: list[tuple[PruneRun, PruneRun]] = []
+    for pair in range(args.pairs):
+        build_prune_day(args.day)
+        sizes(PRUNE)
+        plain = prune_once(args.jobs, prune=False, window=args.window)
+        pruned = prune_once(args.jobs, prune=True, window=args.window)
+        pairs.append((plain, pruned))
+        log(f"  pair {pair + 1}: {plain} / {pruned}")
+    print(f"\npruning a day of {args.day:,} completed jobs during a drain of {args.jobs:,} (drop_expired):")
+    print(
+        f"| pair | lock held (retention's log) | drop_expired wall s | drain jobs/s without / with | ratio "
+        f"| {args.window:.0f} s from the drop, jobs/s without / with | ratio | probe lag ms without / with |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, (a, b) in enumerate(pairs, 1):
+        held = "; ".join(re.sub(r"^retention: ", "", line) for line in b.held if "dropped" in line)
+        print(
+            f"| {i} | {held} | {b.drop_seconds:.3f} | {a.rate:,.0f} / {b.rate:,.0f} | {b.rate / a.rate:.2f} "
+            f"| {a.window_rate:,.0f} / {b.window_rate:,.0f} | {b.window_rate / a.window_rate:.2f} "
+            f"| {a.lag_ms:,.0f} / {b.lag_ms:,.0f} |"
+        )
+
+
+def drop_database(name: str) -> None:
+    with connect("postgres") as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    log(f"dropped {name}")
+
+
+def drop(args: argparse.Namespace) -> None:
+    with connect("postgres") as conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [PREFIX + "%"])]
+    for name in names:
+        drop_database(name)
+
+
+def sizes_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare", help="history against empty, alternated; several sizes make the curve")
+    c.add_argument("--history", type=sizes_list, default=[MIX_TOTAL], help="rows, or rows,rows,... (the curve)")
+    c.add_argument("--pairs", type=int, default=3)
+    c.add_argument("--jobs", type=int, default=50_000)
+    c.add_argument("--samples", type=int, default=300)
+    c.add_argument("--batch", type=int, default=100, help="jobs per claim and completion in the buffers' EXPLAIN")
+    c.add_argument("--rebuild", action="store_true")
+    c.add_argument("--drop-after", action="store_true", help="drop each history database once measured (disk)")
+    p = sub.add_parser("prune", help="drop a day of completed jobs during a drain")
+    p.add_argument("--day", type=int, default=5_000_000)
+    p.add_argument("--pairs", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=50_000)
+    p.add_argument("--window", type=float, default=3.0)
+    sub.add_parser("drop", help="drop every awa_bench_history_* database")
+    args = parser.parse_args()
+    import django
+
+    django.setup()
+    if args.command == "compare":
+        compare(args)
+    elif args.command == "prune":
+        prune(args)
+    else:
+        drop(args)
+
+
+if __name__ == "__main__":
+    main()
