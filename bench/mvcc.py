@@ -20,12 +20,18 @@ but one Python thread reaches about 1,000 /s) while one worker runs; it prints p
 (claim time minus run_at) per window, and the last window's p99 over the second's (the first
 holds the worker's start-up).
 
-``sizes`` processes ``--jobs`` jobs (default 1,000,000) in chunks with no snapshot held, sweeping
-finished jobs after each chunk with the retention statement, and prints the table and index sizes:
-they must stay bounded (autovacuum reclaims the space for the next chunk).
+``sizes`` processes ``--jobs`` jobs (default 1,000,000) in chunks with no snapshot held, and prints
+the hot table's and its indexes' sizes after each chunk: they must stay bounded (a completion
+deletes the row from awa_job, autovacuum reclaims the space for the next chunk). Finished jobs go
+to awa_job_done (migration 0023), whose partitions retention drops whole: here its completed
+branch is emptied after each chunk (TRUNCATE, what a partition's DROP costs), and its size before
+is printed beside.
+
+Storage (migration 0023): a claim is an UPDATE of awa_job; a completion is a DELETE from awa_job
+and an INSERT into awa_job_done. Completed jobs are counted and timed in awa_job_done.
 
 The database is ``awa_bench_mvcc`` on the embedded server (or DATABASE_URL's server); each run
-starts from an emptied, vacuumed ``awa_job``.
+starts from an emptied, vacuumed ``awa_job`` and an empty ``awa_job_done``.
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ def connect() -> Any:
 
 def reset() -> None:
     with connect() as conn:
-        conn.execute("TRUNCATE awa_job")
+        conn.execute("TRUNCATE awa_job, awa_job_done")
         conn.execute("VACUUM ANALYZE awa_job")
 
 
@@ -137,21 +143,25 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
 
 
 def updates(conn: Any) -> int:
-    (n,) = conn.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'awa_job'").fetchone()
+    """The hot table's row writes so far: updates (claims) and deletes (completions)."""
+    (n,) = conn.execute("SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = 'awa_job'").fetchone()
     return int(n)
 
 
+def completed(conn: Any) -> int:
+    (done,) = conn.execute("SELECT count(*) FROM awa_job_done WHERE state = 'completed'").fetchone()
+    return int(done)
+
+
 def wait_done(n: int, since_updates: int, timeout: float) -> None:
-    """Until all n jobs are completed. Counting rows of a bloated table competes with the worker
-    for the two cores, so the cheap statistics counter (a claim and a completion per job: 2n
-    updates) says when to count for real."""
+    """Until all n jobs are completed. Counting rows competes with the worker for the two cores,
+    so the cheap statistics counter (per job a claim, an UPDATE of awa_job, and a completion, a
+    DELETE from it: 2n row writes) says when to count for real."""
     deadline = time.monotonic() + timeout
     with connect() as conn:
         while time.monotonic() < deadline:
-            if updates(conn) - since_updates >= 2 * n:
-                (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
-                if done >= n:
-                    return
+            if updates(conn) - since_updates >= 2 * n and completed(conn) >= n:
+                return
             time.sleep(0.5)
     raise SystemExit(f"the drain of {n} jobs did not finish within {timeout:.0f} s")
 
@@ -182,7 +192,7 @@ def drain_once(n: int, old_snapshot: bool) -> tuple[float, float]:
             snapshot.close()
     with connect() as conn:
         (span,) = conn.execute(
-            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job"
+            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job_done"
         ).fetchone()
         time.sleep(0.6)  # the server flushes its statistics counters at most every 0.5 s
         read = entries_read(conn) - read_before
@@ -270,7 +280,7 @@ def steady(args: argparse.Namespace) -> None:
             """
             SELECT floor(extract(epoch FROM run_at - min(run_at) OVER ()) / %s)::int AS bucket,
                    extract(epoch FROM attempted_at - run_at) * 1000 AS pickup_ms
-            FROM awa_job WHERE attempted_at IS NOT NULL
+            FROM awa_job_all WHERE attempted_at IS NOT NULL
             """,
             [args.bucket],
         ).fetchall()
@@ -296,15 +306,15 @@ def steady(args: argparse.Namespace) -> None:
 
 def sizes(args: argparse.Namespace) -> None:
     """Process ``--jobs`` jobs in chunks with one worker running throughout; after each chunk is
-    done, sweep finished jobs the way the maintenance leader's retention does (the product's
-    statement and batch size, here with a zero retention), then print the table's size."""
-    from awa_django.sql import statements
-    from awa_django.worker.maintenance import BATCH
-
+    done, print the hot table's size, then empty the finished jobs' completed branch (retention
+    drops its partitions whole: no DELETE, no dead rows, whatever their number)."""
     reset()
     worker = start_worker()
-    print("| jobs processed | table | indexes | dead rows (stats) | seconds |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| jobs processed | awa_job table | awa_job indexes | awa_job dead rows (stats) "
+        "| awa_job_done (the chunk) | seconds |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     started = time.monotonic()
     try:
         done = 0
@@ -316,20 +326,19 @@ def sizes(args: argparse.Namespace) -> None:
             wait_done(n, before, timeout=max(120.0, n / 200))
             done += n
             with connect() as conn:
-                while True:
-                    cursor = conn.execute(
-                        statements["delete_finished_jobs"],
-                        {"state": "completed", "older_than": "0 seconds", "limit": BATCH},
-                    )
-                    if cursor.rowcount < BATCH:
-                        break
                 (dead,) = conn.execute(
                     "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'awa_job'"
                 ).fetchone()
-                table, indexes = conn.execute(
-                    "SELECT pg_size_pretty(pg_table_size('awa_job')), pg_size_pretty(pg_indexes_size('awa_job'))"
+                table, indexes, finished = conn.execute(
+                    "SELECT pg_size_pretty(pg_table_size('awa_job')), pg_size_pretty(pg_indexes_size('awa_job')),"
+                    " pg_size_pretty((SELECT sum(pg_total_relation_size(relid))"
+                    " FROM pg_partition_tree('awa_job_done') WHERE isleaf))"
                 ).fetchone()
-            print(f"| {done:,} | {table} | {indexes} | {dead:,} | {time.monotonic() - started:.0f} |", flush=True)
+                conn.execute("TRUNCATE awa_job_done_completed")
+            print(
+                f"| {done:,} | {table} | {indexes} | {dead:,} | {finished} | {time.monotonic() - started:.0f} |",
+                flush=True,
+            )
     finally:
         stop_worker(worker)
 
