@@ -4,7 +4,9 @@
 -- state finalised before the cutoff, with their in-edges (awa_job_edge rows whose downstream they are), and the workflow
 -- rows left without a job. Parameters: state (text: completed, failed or cancelled), older_than
 -- (interval), limit (int). Returns one row per deleted job (the caller counts rowcount).
--- Index: awa_job_finalized_idx (state, finalized_at); awa_job_edge_downstream_idx; awa_job_workflow_idx.
+-- Index: awa_job_finalized_idx (state, finalized_at), in its order: with ORDER BY the plan reads the
+--   index from the oldest entry and stops at the cutoff or the limit, whatever the estimates (without
+--   it a table of millions of finished rows from before migration 0023 planned a sequential scan); awa_job_edge_downstream_idx; awa_job_workflow_idx.
 -- Edges: a finished job's out-edges were consumed when it ended; each goes with its downstream's
 --   deletion (its in-edge then), so a job still alive keeps the edge naming an upstream that is gone
 --   (context.upstreams() reports it with no state) and no edge outlives both ends.
@@ -16,6 +18,7 @@ WITH old AS (
     WHERE state IN ('completed', 'failed', 'cancelled')
       AND state = %(state)s::varchar
       AND finalized_at < now() - %(older_than)s::interval
+    ORDER BY finalized_at
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
 ), gone AS (
