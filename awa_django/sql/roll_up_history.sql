@@ -4,10 +4,12 @@
 -- minute only the `top` busiest kinds (and queues) keep their own row; the rest are summed under
 -- the name '' (no kind or queue has an empty name), so no kind count can grow the table unbounded.
 -- Parameters: start, stop (timestamptz, whole minutes), top (int).
--- Index: awa_job_finalized_idx (state, finalized_at) WHERE state IN (completed, failed,
--- cancelled): one range per finished state over the round's minutes only, never a scan of
--- awa_job; the rows it finds are read from the heap for kind, queue and times.
--- Locking: plain reads of awa_job (no row locks); run after delete_history_minutes under
+-- Index: awa_job_all's arms each by finish time, a range over the round's minutes only: the hot
+-- table's finished leftovers through awa_job_finalized_idx (state, finalized_at) WHERE finished,
+-- awa_job_done through awa_job_done_finalized_idx in each partition the range does not prune
+-- (pin_history_reads, run before it in the round's transaction, keeps the planner off sequential
+-- scans: so each round reads its own minutes' jobs, and a catch-up each finished job once).
+-- Locking: plain reads (no row locks); run after delete_history_minutes under
 -- lock_history_mark's row lock, in the same transaction, so the minutes are replaced, not added.
 WITH finished AS (
     SELECT date_trunc('minute', finalized_at) AS minute,
@@ -19,7 +21,7 @@ WITH finished AS (
                 THEN EXTRACT(EPOCH FROM GREATEST(attempted_at - run_at, interval '0'))::float8 END AS wait,
            CASE WHEN attempted_at IS NOT NULL
                 THEN EXTRACT(EPOCH FROM GREATEST(finalized_at - attempted_at, interval '0'))::float8 END AS run
-    FROM awa_job
+    FROM awa_job_all
     WHERE state IN ('completed', 'failed', 'cancelled')
       AND finalized_at >= %(start)s::timestamptz
       AND finalized_at < %(stop)s::timestamptz

@@ -8,10 +8,17 @@ A round, in one transaction:
 2. ``rollup_bounds`` picks the round's minutes: from the watermark (or the window's start) up to
    and including the current minute, at most ``HISTORY_CATCH_UP_MINUTES`` of them;
 3. ``delete_history_minutes`` clears those minutes (and the minutes past the window);
-4. ``roll_up_history`` recomputes them from awa_job through awa_job_finalized_idx;
+4. ``roll_up_history`` recomputes them from awa_job_all (the hot table's finished leftovers and
+   awa_job_done's partitions), through each one's finished-time index: ``pin_history_reads``
+   keeps the planner off sequential scans, which would read a whole partition for every round;
 5. ``advance_history_mark`` moves the watermark to the first minute not yet final: a minute is
    final once ``HISTORY_GRACE`` seconds passed after its end (a finalising transaction stamps
    ``finalized_at`` when it starts and commits a moment later).
+
+What a round reads: its own minutes' finished jobs, once. A final minute is behind the watermark
+and never read again, so a new leader catching up over hours (an hour a round) reads each
+finished job of the window once; only the open minutes (the current one and the one in its grace)
+are recomputed by every round until they are final.
 
 Replacing whole minutes makes a round idempotent: running it twice, or from two leaders (the row
 lock makes the second wait and then read the first's watermark), gives the same rows. A missed
@@ -94,6 +101,7 @@ async def roll_up_history(
             row = await cursor.fetchone()
         assert row is not None  # the upsert always returns its row
         bounds = rollup_bounds(row["closed_through"], row["now"])
+        await conn.execute(statements["pin_history_reads"])
         await conn.execute(
             statements["delete_history_minutes"],
             {"start": bounds.start, "stop": bounds.stop, "expired": bounds.expired},

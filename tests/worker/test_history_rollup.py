@@ -1,7 +1,7 @@
 """The history rollup (``awa_django.worker.history``): the numbers it writes are the ones the jobs'
 rows give, a round replaces its minutes (twice, or from two leaders, counts once), the watermark
-survives missed rounds and a change of leader, the table stays bounded, and the statement reads
-awa_job through its finished-jobs index."""
+survives missed rounds and a change of leader, the table stays bounded, and a catch-up reads each
+finished job once, through the finish-time indexes of the hot table and of awa_job_done."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -236,18 +237,20 @@ def test_rollup__kinds_past_the_top_share_one_bucket_and_minutes_past_the_window
 
 
 @pytest.mark.django_db(transaction=True)
-def test_rollup__reads_awa_job_through_the_finished_jobs_index() -> None:
+def test_rollup__reads_the_hot_table_and_every_finished_partition_through_their_finish_time_index() -> None:
     start, stop = NOW - timedelta(minutes=5), NOW
     conn = connect_outside_django()
     try:
         with conn.transaction():
-            conn.execute("SET LOCAL enable_seqscan = off")
+            conn.execute(statements["pin_history_reads"])  # as a round does
             query = "EXPLAIN " + statements["roll_up_history"]
             plan = "\n".join(r[0] for r in conn.execute(query, {"start": start, "stop": stop, "top": 50}))
     finally:
         conn.close()
-    assert "awa_job_finalized_idx" in plan
-    assert "Seq Scan on awa_job " not in plan
+    assert "awa_job_finalized_idx" in plan  # the hot table's finished leftovers
+    for branch in ("completed", "failed"):
+        assert f"using awa_job_done_{branch}_default_finalized_at_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
 
 
 @pytest.mark.django_db(transaction=True)
@@ -313,3 +316,57 @@ def test_rollup_bounds__successive_rounds_cover_every_minute_of_the_window(
     while minute < closed:
         assert minute in covered
         minute += MINUTE
+
+
+def job_rows_read() -> int:
+    """Rows read so far from the tables that hold jobs (the hot table and every partition of the
+    finished ones): by sequential scans, and fetched from the heap by index and bitmap scans."""
+    with connect_outside_django() as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'awa_job' OR relname LIKE 'awa\\_job\\_done%%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollup__a_new_leaders_catch_up__reads_each_finished_job_once() -> None:
+    """Three hours and more of finished jobs behind the watermark, beside waiting jobs: the rounds
+    that catch up, an hour each, read every finished job of the window once and nothing else."""
+    run_round()
+    later_now = NOW + timedelta(hours=3, minutes=20)
+    gap = [
+        finished(f"k{i % 3}", "q", ("completed", "failed", "cancelled")[i % 3], NOW + timedelta(minutes=i, seconds=7))
+        for i in range(0, 200, 2)
+    ]
+    JobFactory.create_batch(60, kind="k0", queue="q", state="available")
+    JobFactory.create_batch(60, kind="k0", queue="q", state="scheduled", run_at=later_now + timedelta(hours=1))
+    # Finished jobs no round reads: before the window and past the clock. They take the first and
+    # last bins of each partition's finish-time histogram, where the planner would read an index's
+    # extreme entry to estimate a round's range (one row, and not the rollup's reading).
+    for state in ("completed", "failed"):
+        for at in (NOW - timedelta(days=3), NOW - timedelta(days=2), later_now + timedelta(days=1, hours=1)):
+            finished("k0", "q", state, at)
+        finished("k0", "q", state, later_now + timedelta(days=2))
+    with connection.cursor() as cursor:
+        # Statistics that say what the tables hold: an hour is a third of the window's finished
+        # rows here, where the planner left to itself reads a partition whole for every round.
+        cursor.execute("ANALYZE awa_job, awa_job_done")
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's reads are counted before
+
+    async def catch_up() -> list[RollupBounds]:
+        async with await psycopg.AsyncConnection.connect(**connection_params(), autocommit=True) as conn:
+            rounds = [await roll_up_history(conn, later_now)]
+            while rounds[-1].catching_up:
+                rounds.append(await roll_up_history(conn, later_now))
+            await conn.execute("SELECT pg_stat_force_next_flush()")  # flushed before the reply
+            return rounds
+
+    before = job_rows_read()
+    rounds = asyncio.run(catch_up())
+    read = job_rows_read() - before
+
+    assert len(rounds) == 4  # an hour a round, and the last one up to the current minute
+    assert read == len(gap)
+    assert_same(stored_rows(), expected_rows(gap))
