@@ -19,9 +19,8 @@ A worker killed anywhere before the COMMIT leaves an open transaction that Postg
 the connection drops; the rescue then runs the job again on a clean slate. Killed after it, the job
 is completed and nothing runs again. That is the exactly-once of the handler's database writes.
 
-Cost: the completion is one statement on the connection the handler already holds, sent in one
-pipeline with the transaction's BEGIN when the handler ran no statement, and committed by the
-handler's own COMMIT: no other connection, no other commit. Used by ``Executor`` (the worker's
+Cost: the completion is one statement on the connection the handler already holds, committed by
+the handler's own COMMIT: no other connection, no other commit. Used by ``Executor`` (the worker's
 thread pool) and ``InlineExecutor`` (immediate mode, ``run_jobs``), the one home of the rule.
 """
 
@@ -88,7 +87,7 @@ def run_atomic(
                     "its writes; raise an exception to roll back and retry, or raise awa_django.Cancel to stop"
                 )
             context.finishing = True  # the heartbeat leaves the row alone from here
-            if not write_completion(alias, job, outcome, context.progress_json):
+            if not write_outcome(alias, job, outcome, context.progress_json):
                 raise _Refused
     except _NotCompleted as not_completed:
         return not_completed.outcome
@@ -97,18 +96,18 @@ def run_atomic(
     return Outcome(outcome.state, result=outcome.result, settled=True)
 
 
-def write_completion(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
-    """Write the completion on Django's connection ``alias``, in its open transaction, with the
-    statements the batch writer would run for it (one pipeline: with BEGIN, if none was sent yet);
-    False if the (id, running, run_lease) guard refused it."""
-    writes = outcome_writes([Written(job, outcome, progress)])
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        raw = connection.connection
-        assert raw is not None  # the cursor connected
-        results = []
-        with raw.pipeline():
-            for name, params in writes:
-                cursor.execute(statements[name], params)
-                results.append(cursor.fetchall())
-    return any(rows for rows in results)
+def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
+    """Write one attempt's outcome (``progress`` as JSON text, None keeps the stored one) on Django's
+    connection ``alias``, in whatever transaction it has open, with the statements the worker's batch
+    writer would run for it (``writes.outcome_writes``); False if the (id, running, run_lease) guard
+    refused it. The one writer of outcomes on a Django connection: atomic attempts here, in-process
+    execution (``awa_django.worker.inline``) for every other outcome.
+
+    No pipeline: BEGIN and the statement as two round trips cost less CPU here than psycopg's
+    pipeline mode does for one statement (bench/README.md, "Atomic handlers")."""
+    written = False
+    with connections[alias].cursor() as cursor:
+        for name, params in outcome_writes([Written(job, outcome, progress)]):
+            cursor.execute(statements[name], params)
+            written = written or cursor.fetchone() is not None
+    return written

@@ -5,7 +5,7 @@ creates the attempt's task and records it in ``in_flight``. The task runs the ha
 (``executor``), hands the outcome and the permit to the batched writer (``completer``), and ends
 once the row's final state is written: a row marked running always holds a slot. An atomic
 handler's completion is written by its own transaction before the executor returns
-(``Outcome.settled``): its attempt frees the slot itself. A sync handler
+(``Outcome.settled``): the writer then only answers it and passes its permit on. A sync handler
 past its deadline keeps its slot (``overrunning``) until its thread returns, though its row is
 already written.
 """
@@ -62,13 +62,6 @@ class Attempts:
                 tracing.end_attempt(span, outcome)
             ran = time.monotonic() - started
             context.finishing = True
-            if outcome.settled is not None:
-                # An atomic handler's outcome, written (or refused) in its own transaction: the
-                # row is final already, so the slot is freed here (no hand-over to the writer).
-                await self.completer.settled(job, outcome)
-                refusal = "lost" if outcome.settled else self.completer.refusal(job.id)
-                report_outcome(self.metrics, self.registry, job, outcome, ran, outcome.settled, refusal)
-                return
             # The writer takes the permit over: it frees the slot once the row is written, or
             # passes it to the queue's next job in the same round trip. Not so for a sync handler
             # past its deadline: its row is written now, but its thread still runs, and keeps the

@@ -28,8 +28,9 @@ back by primary key (only then): cancelled or deleted while running is ``discard
 operator's decision stands), a job this worker handed back at shutdown is ``handed_back``, and only
 a row rescued under a newer lease is ``lost`` (the attempt's outcome could not be written).
 
-An atomic handler's outcome is written in its own transaction (awa_django.worker.atomic), not
-here; ``settled`` counts it, and names a refusal, the same way.
+An atomic handler's outcome comes already written, or refused, by its own transaction
+(``Outcome.settled``, awa_django.worker.atomic): the writer writes nothing for it, answers it as
+written or refused (naming the refusal the same way), and passes its permit on like any other.
 """
 
 from __future__ import annotations
@@ -155,17 +156,6 @@ class Completer:
     def note_handed_back(self, ids: Sequence[int]) -> None:
         """The supervisor handed these jobs back at shutdown: a late outcome of theirs is no loss."""
         self.released.update(ids)
-
-    async def settled(self, job: ClaimedJob, outcome: Outcome) -> None:
-        """Count (and, refused, log) an outcome an atomic handler's own transaction wrote or had
-        refused (``Outcome.settled``, awa_django.worker.atomic), as if this writer had written it:
-        ``refusal`` then says why, read back from the row like a refused batch write."""
-        entry = _Finished(job, outcome, None, None, asyncio.get_running_loop().create_future())
-        if outcome.settled:
-            self._answer(entry, True)
-            return
-        reasons = await self._refusal_reasons([entry])
-        self._answer(entry, False, reasons.get(job.id, "lost"))
 
     def refusal(self, job_id: int) -> str:
         """Why the job's refused write was refused (one of ``sink.REFUSALS``); asked once, after its future."""
@@ -430,7 +420,10 @@ class Completer:
         """One round trip: the completions, the other outcomes, the NOTIFY of the capped keys whose
         attempts ended (``freed``, keyed.freed_keys), then the hand-over claims. A batch written in
         parts announces no key: each worker's own completions and settings reload unblock it."""
-        writes = outcome_writes(batch)
+        writes = outcome_writes([entry for entry in batch if entry.outcome.settled is None])
+        settled = {entry.job.id for entry in batch if entry.outcome.settled}  # written in their own transactions
+        if not writes and not plan and not (freed is not None and freed["keys"]):
+            return settled, {}
         async with self.pool.connection() as conn:
             cursors = []
             claims = {}
@@ -444,4 +437,4 @@ class Completer:
                     claims[queue] = await cursor.execute(statements[claim.statement], claim.params)
             written = {row[0] for cursor in cursors for row in await cursor.fetchall()}
             claimed = {queue: await cursor.fetchall() for queue, cursor in claims.items()}
-        return written, claimed
+        return written | settled, claimed

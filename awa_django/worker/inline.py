@@ -37,9 +37,9 @@ from django.db import connections
 from awa_django.jobrun import JobRun, running_here
 from awa_django.registry import JobHandler, Registry, registry
 from awa_django.sql import statements
-from awa_django.worker.context import ClaimedJob, JobContext, Outcome
+from awa_django.worker.atomic import write_outcome as write_outcome  # one writer on a Django connection
+from awa_django.worker.context import ClaimedJob, JobContext
 from awa_django.worker.executor import Executor
-from awa_django.worker.writes import Written, outcome_writes
 
 # The immediate-mode and run_jobs messages are the inline door's, whichever module writes them.
 logger = logging.getLogger("awa_django.inline")
@@ -129,14 +129,3 @@ def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -
         error=outcome.error,
         result=None if outcome.result is None else json.loads(outcome.result),
     )
-
-
-def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
-    """Write one attempt's outcome (``progress`` as JSON text, None keeps the stored one) with the
-    statements the worker's batch writer would run for it; False if the row was not written."""
-    written = False
-    with connections[alias].cursor() as cursor:
-        for name, params in outcome_writes([Written(job, outcome, progress)]):
-            cursor.execute(statements[name], params)
-            written = written or cursor.fetchone() is not None
-    return written
