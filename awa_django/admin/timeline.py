@@ -21,7 +21,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from awa_django.models import Job, JobState
+from awa_django.registry import registry
 from awa_django.services.stats import format_age
+from awa_django.worker.atomic import ATOMIC_ENTRY_KEY
 
 TIME_FORMAT = "Y-m-d H:i:s T"
 
@@ -34,6 +36,9 @@ class Attempt:
     worker: str | None
     outcome: str
     error: str = ""
+    # Ran as an atomic attempt (@job(atomic=True)): its writes committed with its completion, or,
+    # when it raised, were rolled back. Shown beside the outcome.
+    atomic: bool = False
 
     @property
     def duration(self) -> timedelta | None:
@@ -68,12 +73,17 @@ def attempts_of(job: Job) -> list[Attempt]:
                 entry.get("worker") if isinstance(entry.get("worker"), str) else None,
                 outcome,
                 error,
+                entry.get(ATOMIC_ENTRY_KEY) is True,
             )
         )
     recorded = {a.number for a in attempts}
     if job.attempt and job.attempt not in recorded and job.attempted_at is not None:
         ended = job.finalized_at if job.state != JobState.RUNNING else None
-        attempts.append(Attempt(job.attempt, job.attempted_at, ended, job.attempted_by, job.state))
+        # The latest attempt has no entry of its own: atomic when the kind's handler is, as this
+        # process's code declares it (the worker's is the same code, deployed together).
+        handler = registry.registered(job.kind)
+        atomic = handler is not None and handler.atomic
+        attempts.append(Attempt(job.attempt, job.attempted_at, ended, job.attempted_by, job.state, atomic=atomic))
     return attempts
 
 
@@ -126,7 +136,7 @@ def attempt_timeline(job: Job) -> SafeString:
                 shown_time(a.ended) if a.ended or a.outcome != JobState.RUNNING else JobState.RUNNING.value,
                 shown_duration(a.duration if a.ended else (now - a.started if a.started else None)),
                 a.worker or "—",
-                a.outcome,
+                f"{a.outcome} (atomic)" if a.atomic else a.outcome,
                 a.error[:300],
             )
             for a in attempts
