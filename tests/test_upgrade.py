@@ -221,7 +221,9 @@ def test_migration_0023__under_a_draining_old_worker__loses_and_stalls_no_job(tm
     with upgrade_database() as dbname, previous_release(tmp_path) as previous:
         manage(dbname, "migrate", "awa", "0022", "-v", "0")
         with connect_outside_django(dbname) as conn:
+            filling = time.monotonic()
             history, enqueued = fill(conn)
+            fill_seconds = time.monotonic() - filling
             old = start_previous_worker(previous, dbname, old_log)
             new: subprocess.Popen[bytes] | None = None
             feeder = Feeder(dbname)
@@ -301,7 +303,7 @@ def test_migration_0023__under_a_draining_old_worker__loses_and_stalls_no_job(tm
                 {"start": migration_start, "end": migration_end},
             ).fetchone() or (None, None)
             print(
-                f"\nupgrade: history={history} jobs={len(enqueued)} "
+                f"\nupgrade: history={history} (written in {fill_seconds:.0f}s) jobs={len(enqueued)} "
                 f"migration={migration_seconds:.1f}s (manage.py, start-up included) "
                 f"longest claim gap during it={gap_during} overall={gap_overall} (the change of worker included) "
                 f"old worker's jobs moved by the trigger={old_moved} "
