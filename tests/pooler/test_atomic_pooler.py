@@ -38,8 +38,9 @@ def counter() -> Iterator[None]:
 def _counter() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT n FROM demo_counter WHERE id = 1")
-        (value,) = cursor.fetchone() or (None,)
-    return int(value)
+        row = cursor.fetchone()
+    assert row is not None, "demo_counter has no row 1"
+    return int(row[0])
 
 
 def _running_on(worker: SpawnedWorker) -> bool:

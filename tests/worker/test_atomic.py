@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -53,7 +52,7 @@ def _rescue_now() -> list[int]:
     """The maintenance leader's rescue, run now on every running job (as if each one's heartbeat
     had gone stale): their leases are bumped, so their workers' late writes miss the guard."""
     with connection.cursor() as cursor:
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(hours=-1), "limit": 100})
+        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "-1 hour", "limit": 100})
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -15,7 +15,6 @@ import os
 import queue
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -93,7 +92,7 @@ def script() -> Iterator[Script]:
 def _rescue_running() -> list[int]:
     """The leader's rescue, run now on every running job (as if their heartbeats were stale)."""
     with connection.cursor() as cursor:
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(hours=-1), "limit": 100})
+        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "-1 hour", "limit": 100})
         return [row[0] for row in cursor.fetchall()]
 
 
