@@ -3,7 +3,7 @@
     python bench/history.py compare --history 5560000 --pairs 3     # the issue's database, 3 pairs
     python bench/history.py compare --history 200000 --pairs 1      # quick check (a minute or two)
     python bench/history.py compare --history 5000000,10000000,20000000 --pairs 3   # the curve
-    python bench/history.py prune --day 5000000 --pairs 1
+    python bench/history.py prune --day 5000000 --pairs 1 --by bench,leader
     python bench/history.py drop                                   # drop this bench's databases
 
 ``compare`` builds (once; reused while its row counts match) a database with ``--history`` rows
@@ -326,13 +326,30 @@ def build_empty() -> str:
 # -- One run --------------------------------------------------------------------------------------
 
 
-def start_worker(*queues: str) -> subprocess.Popen[bytes]:
+def start_worker(
+    *queues: str, completed_retention: float | None = None, log_path: Path = WORKER_LOG
+) -> subprocess.Popen[bytes]:
+    """``manage.py awa_worker -q ...`` on the current database; with ``completed_retention``, the
+    same command through this script (``_worker``), which sets AWA["COMPLETED_RETENTION"] first."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    command = [sys.executable, str(ROOT / "manage.py"), "awa_worker"]
+    if completed_retention is None:
+        command = [sys.executable, str(ROOT / "manage.py"), "awa_worker"]
+    else:
+        command = [sys.executable, str(Path(__file__).resolve()), "_worker", str(completed_retention), "awa_worker"]
     for queue in queues:
         command += ["-q", queue]
-    with open(WORKER_LOG, "ab") as out:
+    with open(log_path, "ab") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def worker_main(argv: list[str]) -> None:
+    """``history.py _worker SECONDS awa_worker ARGS...``: manage.py's command with the completed
+    jobs' retention set to SECONDS in the settings (the worker reads it from there)."""
+    from django.conf import settings
+    from django.core.management import execute_from_command_line
+
+    settings.AWA = {**getattr(settings, "AWA", {}), "COMPLETED_RETENTION": float(argv[0])}
+    execute_from_command_line(["manage.py", *argv[1:]])
 
 
 def stop_worker(proc: subprocess.Popen[bytes]) -> None:
@@ -358,12 +375,15 @@ def bulk(n: int) -> tuple[float, int, int]:
     """enqueue_many of n no-op jobs (COPY, one call); its rate and the ids' range."""
     from awa_django.models import Job
 
+    with connect() as conn:
+        (after,) = conn.execute("SELECT nextval(pg_get_serial_sequence('awa_job', 'id'))").fetchone()
     started = time.perf_counter()
     Job.objects.enqueue_many([{"kind": "noop", "queue": QUEUE, "args": {"seq": i}} for i in range(n)])
     seconds = time.perf_counter() - started
     with connect() as conn:
+        # awa_job_all: a worker already running has finished some of them
         count, low, high = conn.execute(
-            "SELECT count(*), min(id), max(id) FROM awa_job WHERE queue = %s", [QUEUE]
+            "SELECT count(*), min(id), max(id) FROM awa_job_all WHERE id > %s AND queue = %s", [after, QUEUE]
         ).fetchone()
         conn.execute("VACUUM ANALYZE awa_job")  # as floor.fill does before a drain
     if count != n:
@@ -513,14 +533,20 @@ def sizes(name: str) -> None:
             ORDER BY c.relname = 'awa_job' DESC, c.relname
             """
         ).fetchall()
+        # Each index once: awa_job's, and the partitioned indexes of awa_job_done or of one branch
+        # (the error text's, on the failed one) summed over their partitions.
         indexes = conn.execute(
             """
-            SELECT i.relname, sum(pg_relation_size(t.relid))
+            SELECT x.indrelid::regclass::text, i.relname,
+                   CASE WHEN i.relkind = 'I'
+                        THEN (SELECT sum(pg_relation_size(t.relid)) FROM pg_partition_tree(i.oid) AS t)
+                        ELSE pg_relation_size(i.oid) END
             FROM pg_class AS i
             JOIN pg_index AS x ON x.indexrelid = i.oid
-            CROSS JOIN LATERAL pg_partition_tree(i.oid) AS t
-            WHERE x.indrelid IN ('awa_job'::regclass, 'awa_job_done'::regclass)
-            GROUP BY i.relname ORDER BY 2 DESC
+            WHERE x.indrelid IN ('awa_job'::regclass, 'awa_job_done'::regclass,
+                                 'awa_job_done_completed'::regclass, 'awa_job_done_failed'::regclass)
+              AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = i.oid)
+            ORDER BY 3 DESC
             """
         ).fetchall()
     mb = 1024 * 1024
@@ -529,9 +555,9 @@ def sizes(name: str) -> None:
     print("| --- | ---: | ---: | ---: |")
     for relname, tuples, heap, index in rows:
         print(f"| {relname} | {max(tuples, 0):,} | {heap / mb:,.1f} | {index / mb:,.1f} |")
-    print("| index (all partitions) | MB |\n| --- | ---: |")
-    for relname, size in indexes:
-        print(f"| {relname} | {int(size) / mb:,.1f} |")
+    print("\n| index | on | MB (all partitions) |\n| --- | --- | ---: |")
+    for table, relname, size in indexes:
+        print(f"| {relname} | {table} | {int(size) / mb:,.1f} |")
 
 
 def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
@@ -641,29 +667,60 @@ def build_prune_day(rows: int) -> None:
     run_async(_ensure)
     started = time.monotonic()
     with connect() as conn:
-        insert_done(
-            conn, "completed", rows, today - timedelta(milliseconds=1), timedelta(days=1) - timedelta(seconds=1)
-        )
+        end, span = today - timedelta(milliseconds=1), timedelta(days=1) - timedelta(seconds=1)
+        insert_done(conn, "completed", rows, end, span)
         conn.execute("VACUUM ANALYZE")
     log(f"  the day built in {time.monotonic() - started:,.0f} s")
+
+
+@dataclass
+class PruneRun:
+    rate: float  # the whole drain's, jobs/s
+    finished: list[float]  # each completion, seconds after the first claim
+    drop_at: float | None = None  # the drop's start, seconds after the first claim
+    held: list[str] = field(default_factory=list)  # the retention's log lines
+    drop_seconds: float | None = None  # drop_expired's wall time (the bench's own drop)
+    probes: list[tuple[float, float]] = field(default_factory=list)  # (run_at after the first claim, lag ms)
+
+    def window_rate(self, start: float, seconds: float) -> float:
+        return sum(1 for t in self.finished if start <= t < start + seconds) / seconds
+
+    def lag_near(self, at: float) -> float:
+        """The worst promotion lag of the probes due from 1 s before ``at`` to 3 s after it."""
+        return max((lag for due, lag in self.probes if at - 1 <= due <= at + 3), default=float("nan"))
 
 
 def finished(conn: Any, job_id: int) -> bool:
     return bool(conn.execute("SELECT finalized_at IS NOT NULL FROM awa_job_all WHERE id = %s", [job_id]).fetchone()[0])
 
 
-@dataclass
-class PruneRun:
-    rate: float
-    window_rate: float
-    lag_ms: float
-    held: list[str] = field(default_factory=list)
-    drop_seconds: float = 0.0
-
-
-def prune_once(n: int, prune: bool, window: float) -> PruneRun:
-    """Drain n jobs; a third in, a probe due 1 s later, and (``prune``) the expired day dropped."""
+def enqueue_probes(moments: list[datetime]) -> list[int]:
     from awa_django.models import Job
+
+    return [Job.objects.enqueue("noop", queue=PROBE_QUEUE, run_at=moment).pk for moment in moments]
+
+
+def drained(conn: Any, n: int, low: int, high: int, probes: list[int], proc: Any) -> PruneRun:
+    """The drain's rate, its completions' moments and the probes' lags, once all are done."""
+    wait_until(lambda: left(conn) == 0, max(300.0, n / 100), proc, f"the drain of {n} jobs")
+    rate, first = span_rate(conn, n, low, high)
+    wait_until(lambda: all(finished(conn, p) for p in probes), 60, proc, "the probes' completion")
+    offsets = conn.execute(
+        "SELECT extract(epoch FROM finalized_at - %s) FROM awa_job_done"
+        " WHERE id BETWEEN %s AND %s AND queue = %s ORDER BY 1",
+        [first, low, high, QUEUE],
+    ).fetchall()
+    lags = conn.execute(
+        "SELECT extract(epoch FROM run_at - %s), extract(epoch FROM attempted_at - run_at) * 1000"
+        " FROM awa_job_all WHERE id = ANY(%s) ORDER BY 1",
+        [first, probes],
+    ).fetchall()
+    return PruneRun(rate, [float(t) for (t,) in offsets], probes=[(float(a), float(b)) for a, b in lags])
+
+
+def prune_by_bench(n: int, prune: bool) -> PruneRun:
+    """Drain n jobs; a third in, probes due from 0.5 to 3 s later, and (``prune``) this process
+    runs retention.drop_expired with a retention that yesterday's day is past."""
     from awa_django.worker import retention
 
     clean(empty=False)
@@ -671,57 +728,121 @@ def prune_once(n: int, prune: bool, window: float) -> PruneRun:
     worker = start_worker(QUEUE, PROBE_QUEUE)
     handler = Held()
     logging.getLogger("awa_django.worker.retention").addHandler(handler)
-    drop_seconds = 0.0
     try:
         with connect() as conn:
             wait_until(lambda: left(conn) <= n * 2 // 3, max(300.0, n / 100), worker, "a third of the drain")
             (began,) = conn.execute("SELECT now()").fetchone()
-            probe = Job.objects.enqueue("noop", queue=PROBE_QUEUE, run_at=began + timedelta(seconds=1)).pk
+            probes = enqueue_probes([began + timedelta(seconds=0.5 * k) for k in range(1, 7)])
+            drop_seconds = None
             if prune:
                 started = time.monotonic()
                 dropped = run_async(retention.drop_expired, default_config(completed_retention=60.0))
                 drop_seconds = time.monotonic() - started
                 if not dropped:
                     raise SystemExit("drop_expired dropped nothing: build the day first (prune --day N)")
-            wait_until(lambda: left(conn) == 0, max(300.0, n / 100), worker, f"the drain of {n} jobs")
-            rate, _ = span_rate(conn, n, low, high)
-            wait_until(lambda: finished(conn, probe), 60, worker, "the probe's completion")
-            (in_window,) = conn.execute(
-                "SELECT count(*) FROM awa_job_done WHERE id BETWEEN %s AND %s AND queue = %s"
-                " AND finalized_at >= %s AND finalized_at < %s + %s * interval '1 second'",
-                [low, high, QUEUE, began, began, window],
-            ).fetchone()
-            (lag,) = conn.execute(
-                "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = %s", [probe]
+            run = drained(conn, n, low, high, probes, worker)
+            (first,) = conn.execute(
+                "SELECT min(attempted_at) FROM awa_job_done WHERE id BETWEEN %s AND %s", [low, high]
             ).fetchone()
     finally:
         logging.getLogger("awa_django.worker.retention").removeHandler(handler)
         stop_worker(worker)
-    return PruneRun(rate, in_window / window, float(lag), handler.lines, drop_seconds)
+    run.drop_at = (began - first).total_seconds()
+    run.held, run.drop_seconds = handler.lines, drop_seconds
+    return run
+
+
+LOG_LINE = re.compile(r"^(\S+ \S+) .*?(now the maintenance leader.*|retention: dropped .*)")  # asctime, message
+
+
+def wait_for_line(path: Path, text: str, timeout: float, proc: Any) -> tuple[datetime, str]:
+    """The first line of the worker's log holding ``text``: its time (the worker's clock) and text."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in path.read_text(errors="replace").splitlines():
+            found = LOG_LINE.match(line)
+            if found and text in found.group(2):
+                return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone(), found.group(2)
+        if proc.poll() is not None:
+            raise SystemExit(f"the worker exited before logging {text!r}; see {path}")
+        time.sleep(0.1)
+    raise SystemExit(f"the worker did not log {text!r} within {timeout:.0f} s; see {path}")
+
+
+def prune_by_leader(n: int, drain_seconds: float) -> PruneRun:
+    """The worker's own leader drops yesterday: started with a completed retention that yesterday's
+    day passes about 30 s later, its first retention sweep (at once) finds nothing and its next, one
+    RETENTION_EVERY later, drops the day. The n jobs are enqueued so that the drop falls a third
+    into their drain (``drain_seconds``: the drain's length without pruning); probes are due every
+    0.5 s from 3 s before the expected sweep to 6 s after it."""
+    from awa_django.worker.maintenance import RETENTION_EVERY
+
+    clean(empty=False)
+    with connect() as conn:
+        (now,) = conn.execute("SELECT now()").fetchone()
+    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    keep = (now - today).total_seconds() + 30
+    log_path = WORKER_LOG.with_name("awa_bench_history_leader.log")
+    log_path.write_bytes(b"")
+    worker = start_worker(QUEUE, PROBE_QUEUE, completed_retention=keep, log_path=log_path)
+    try:
+        with connect() as conn:
+            led, _ = wait_for_line(log_path, "now the maintenance leader", 120, worker)
+            expected = led + timedelta(seconds=RETENTION_EVERY)
+            probes = enqueue_probes([expected + timedelta(seconds=0.5 * k) for k in range(-6, 13)])
+            # The bulk enqueue itself takes about a second; the drain starts as it commits.
+            start_at = expected - timedelta(seconds=drain_seconds / 3 + 1)
+            time.sleep(max(0.0, (start_at - datetime.now(UTC)).total_seconds()))
+            _, low, high = bulk(n)
+            run = drained(conn, n, low, high, probes, worker)
+            at, line = wait_for_line(log_path, "retention: dropped", 120, worker)
+            (first,) = conn.execute(
+                "SELECT min(attempted_at) FROM awa_job_done WHERE id BETWEEN %s AND %s", [low, high]
+            ).fetchone()
+    finally:
+        stop_worker(worker)
+    held = float(re.search(r"lock held ([0-9.]+) s", line).group(1))  # type: ignore[union-attr]
+    run.held = [line]
+    run.drop_at = (at - first).total_seconds() - held
+    return run
 
 
 def prune(args: argparse.Namespace) -> None:
     logging.getLogger("awa_django.worker.retention").setLevel(logging.INFO)
-    pairs: list[tuple[PruneRun, PruneRun]] = []
+    rows: list[tuple[str, PruneRun, PruneRun]] = []
     for pair in range(args.pairs):
-        build_prune_day(args.day)
-        sizes(PRUNE)
-        plain = prune_once(args.jobs, prune=False, window=args.window)
-        pruned = prune_once(args.jobs, prune=True, window=args.window)
-        pairs.append((plain, pruned))
-        log(f"  pair {pair + 1}: {plain} / {pruned}")
-    print(f"\npruning a day of {args.day:,} completed jobs during a drain of {args.jobs:,} (drop_expired):")
+        for by in args.by:
+            build_prune_day(args.day)
+            if pair == 0 and by == args.by[0]:
+                sizes(PRUNE)
+            plain = prune_by_bench(args.jobs, prune=False)
+            if by == "bench":
+                pruned = prune_by_bench(args.jobs, prune=True)
+            else:
+                pruned = prune_by_leader(args.jobs, drain_seconds=args.jobs / plain.rate)
+            rows.append((by, plain, pruned))
+            log(
+                f"  pair {pair + 1} by {by}: {plain.rate:,.0f} / {pruned.rate:,.0f} jobs/s, drop at "
+                f"{pruned.drop_at:.1f} s, {pruned.held}, lags {[round(lag) for _, lag in pruned.probes]}"
+            )
+    w = args.window
+    print(f"\npruning a day of {args.day:,} completed jobs during a drain of {args.jobs:,} (alternated pairs):")
     print(
-        f"| pair | lock held (retention's log) | drop_expired wall s | drain jobs/s without / with | ratio "
-        f"| {args.window:.0f} s from the drop, jobs/s without / with | ratio | probe lag ms without / with |"
+        "| pair | dropped by | retention's log | drop_expired wall s | drain jobs/s without / with | ratio "
+        f"| {w:.0f} s from the drop's start, jobs/s without / with | ratio "
+        "| promotion lag ms, probes due during the drop: without / with | worst probe lag ms: without / with |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for i, (a, b) in enumerate(pairs, 1):
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, (by, a, b) in enumerate(rows, 1):
+        assert b.drop_at is not None
         held = "; ".join(re.sub(r"^retention: ", "", line) for line in b.held if "dropped" in line)
+        wall = "" if b.drop_seconds is None else f"{b.drop_seconds:.3f}"
+        ra, rb = a.window_rate(b.drop_at, w), b.window_rate(b.drop_at, w)
+        worst_a, worst_b = max(lag for _, lag in a.probes), max(lag for _, lag in b.probes)
         print(
-            f"| {i} | {held} | {b.drop_seconds:.3f} | {a.rate:,.0f} / {b.rate:,.0f} | {b.rate / a.rate:.2f} "
-            f"| {a.window_rate:,.0f} / {b.window_rate:,.0f} | {b.window_rate / a.window_rate:.2f} "
-            f"| {a.lag_ms:,.0f} / {b.lag_ms:,.0f} |"
+            f"| {i} | {'this process' if by == 'bench' else 'the leader'} | {held} | {wall} "
+            f"| {a.rate:,.0f} / {b.rate:,.0f} | {b.rate / a.rate:.2f} | {ra:,.0f} / {rb:,.0f} | {rb / ra:.2f} "
+            f"| {a.lag_near(b.drop_at):,.0f} / {b.lag_near(b.drop_at):,.0f} | {worst_a:,.0f} / {worst_b:,.0f} |"
         )
 
 
@@ -757,8 +878,17 @@ def main() -> None:
     p.add_argument("--day", type=int, default=5_000_000)
     p.add_argument("--pairs", type=int, default=1)
     p.add_argument("--jobs", type=int, default=50_000)
-    p.add_argument("--window", type=float, default=3.0)
+    p.add_argument("--window", type=float, default=3.0, help="seconds of the drain from the drop's start")
+    p.add_argument(
+        "--by",
+        type=lambda text: text.split(","),
+        default=["bench", "leader"],
+        help="who drops: bench (this process, retention.drop_expired), leader (the worker's own retention)",
+    )
     sub.add_parser("drop", help="drop every awa_bench_history_* database")
+    if sys.argv[1:2] == ["_worker"]:
+        worker_main(sys.argv[2:])
+        return
     args = parser.parse_args()
     import django
 
