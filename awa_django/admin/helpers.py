@@ -22,11 +22,11 @@ from django.utils.safestring import SafeString
 
 from awa_django.conf import awa_settings
 from awa_django.services.db import database_alias
+from awa_django.services.stats import COUNT_LIMIT as COUNT_LIMIT  # the admin's modules read the bound here
 from awa_django.services.stats import estimated_job_count
 from awa_django.validation import brief
 
-# A filtered job list counts at most this many rows ("10,000+" beyond).
-COUNT_LIMIT = 10_000
+# A filtered job list counts at most COUNT_LIMIT rows ("10,000+" beyond), as the queue counts do.
 # A search (any term but an id) counts at most this many: every match costs a heap page (args, tag
 # and error text through a GIN index, which cannot count alone) or more (a kind or key search has
 # no index: a kind among 40 reads 40 rows a match); a filter counts index entries.
@@ -153,13 +153,13 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         return self.awa_before is not None or self.awa_after is not None
 
     def validate_number(self, number: Any) -> int:
-        number = super().validate_number(number)
-        if self.awa_estimated and (number - 1) * self.per_page > self.awa_limit:
+        valid = int(super().validate_number(number))
+        if self.awa_estimated and (valid - 1) * self.per_page > self.awa_limit:
             raise EmptyPage(
-                f"page {number} is past the first {self.awa_limit} jobs of an estimated list: "
+                f"page {valid} is past the first {self.awa_limit} jobs of an estimated list: "
                 f"page by id (?{BEFORE_VAR}=ID or ?{AFTER_VAR}=ID) instead"
             )
-        return number
+        return valid
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
         if self.awa_keyset:
@@ -213,30 +213,32 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         ``awa_after``), newest first, read as page 1 of the list bounded by that id: a walk of the
         id index from the bound (or the ids a search's count read), never an OFFSET. One row more
         than the page is read in the direction of travel, to know whether there is a next page."""
-        queryset = self.object_list
+        queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]  # the list's queryset
         wanted = self.per_page + 1
         older = self.awa_after is None
-        bound = self.awa_before if older else self.awa_after
-        assert bound is not None  # awa_keyset
+        bound = int(self.awa_before if self.awa_after is None else self.awa_after)  # type: ignore[arg-type]
+        rows: list[Any] | None = None
         if self._awa_ids is not None:
             ids = [i for i in self._awa_ids if (i < bound if older else i > bound)]
             ids = ids[:wanted] if older else ids[-wanted:]
             rows = list(queryset.filter(id__in=ids).order_by("-id"))
-        else:
+        elif older:
             # As page(): a filter counted whole is sorted, not walked down the primary key (which, for
-            # a few matches, reads the table); a dense one is walked, the capped first in a window.
-            few = bool(queryset.query.where) and not self.awa_capped
-            newest = (F("id") + 0).desc() if few else "-id"
-            oldest = (F("id") + 0).asc() if few else "id"
-            rows = None
-            if older and queryset.query.where and self.awa_capped:
-                rows = self._newest_window(queryset.filter(id__lt=bound), 0, wanted, ceiling=bound - 1)
-                if rows is None and self._few_to_sort(queryset.filter(id__lt=bound)):
+            # a few matches, reads the table); a dense one is walked, the capped first in a window,
+            # then sorted where the planner expects few matches.
+            below = queryset.filter(id__lt=bound)
+            newest: Any = "-id"
+            if queryset.query.where and not self.awa_capped:
+                newest = (F("id") + 0).desc()
+            elif queryset.query.where:
+                rows = self._newest_window(below, 0, wanted, ceiling=bound - 1)
+                if rows is None and self._few_to_sort(below):
                     newest = (F("id") + 0).desc()
-            if rows is None and older:
-                rows = list(queryset.filter(id__lt=bound).order_by(newest)[:wanted])
-            elif rows is None:
-                rows = list(queryset.filter(id__gt=bound).order_by(oldest)[:wanted])[::-1]
+            if rows is None:
+                rows = list(below.order_by(newest)[:wanted])
+        else:
+            oldest: Any = (F("id") + 0).asc() if queryset.query.where and not self.awa_capped else "id"
+            rows = list(queryset.filter(id__gt=bound).order_by(oldest)[:wanted])[::-1]
         more = len(rows) > self.per_page
         if older:
             self.awa_has_older, self.awa_has_newer = more, True

@@ -5,7 +5,8 @@ The counts (``count_queue_jobs.sql``) read only the counted states' partial inde
 never the completed and cancelled rows (the bulk of a busy table); the console's pages bound them
 per queue and state (``10000+``), so they cost the same on a table of any size. Throughput reads
 the history rollup's per-queue minutes (awa_history) and only the last minute or two of finished
-rows, by ``finalized_at`` through awa_job_finalized_idx.
+rows, by ``finalized_at`` (awa_job_done's partitions of those minutes, and the few finished rows
+left hot, each through its finalized_at index).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from awa_django.models import HistoryDimension, HistoryMark, HistoryMinute, Job,
 from awa_django.services.cluster import QueueCapacity, capacities_by_queue, live_workers, mode_label
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
+
+# Each (queue, state) count of the console's pages and of awa_health stops past this many rows
+# ("10000+"): a count reads an index entry (and, for failed jobs, a row) per job, and failed jobs are
+# kept for days, so an exact count grows with the history.
+COUNT_LIMIT = 10_000
 
 # The states the queue overview counts: what is waiting, running, or needs attention.
 COUNTED_STATES = (
@@ -246,8 +252,9 @@ def throughput(minutes: int = 60, now: datetime | None = None) -> Throughput:
     The minutes before the rollup's watermark (at most ``LIVE_MINUTES`` before the current one)
     come from awa_history's per-queue rows, including the shared ``""`` bucket of the queues beyond
     the busiest HISTORY_TOP of a minute (counted in the totals, not in a queue's own series); the
-    rest, at most ``LIVE_MINUTES``, from awa_job through awa_job_finalized_idx (state,
-    finalized_at): a range of a minute or two, never the hour.
+    rest, at most ``LIVE_MINUTES``, from the finished jobs by their finalized_at indexes (the
+    partitions of awa_job_done holding those minutes, and awa_job's): a range of a minute or two,
+    never the hour.
     """
     now = now or timezone.now()
     alias = database_alias()

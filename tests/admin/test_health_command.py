@@ -166,3 +166,22 @@ def test_awa_health__reason_printed_once() -> None:
     assert code == 1
     assert "no live worker" in err
     assert "no live worker (none" not in out  # stdout is the report; the reason is on stderr only
+
+
+@pytest.mark.django_db
+def test_awa_health__counts_stop_at_the_bound_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Failed jobs are kept for days: an exact count of them grows with the history, so the probe
+    # counts each (queue, state) as the console does, up to the bound (lowered here to 3).
+    from awa_django.management.commands import awa_health
+
+    monkeypatch.setattr(awa_health, "COUNT_LIMIT", 3)
+    worker_row()
+    now = timezone.now()
+    Job.objects.bulk_create(Job(kind="x", queue="default", state="failed", finalized_at=now) for _ in range(5))
+    Job.objects.bulk_create(Job(kind="x", queue="default", state="available") for _ in range(2))
+    out = health("--json")[1]
+    default = next(q for q in json.loads(out)["queues"] if q["name"] == "default")
+    assert (default["counts"]["failed"], default["counts"]["available"]) == (3, 2)
+    assert default["counts_capped"] == ["failed"] and default["count_limit"] == 3
+    text = health()[1]
+    assert "available=2 " in text and "failed=3+" in text

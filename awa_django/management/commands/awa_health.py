@@ -6,6 +6,9 @@ unpaused queue with available jobs lacks a live worker serving it; 1 otherwise (
 stderr, once; stdout has the report). ``--json`` prints the report as one JSON object; each
 queue's ``keys`` there are its ``AWA['FAIR_KEYS_TOP']`` fairness keys with the most available and
 the most running jobs, then one ``"other"`` entry summing the rest (bounded however many keys).
+Each queue's counts by state stop past ``COUNT_LIMIT`` (10,000), as the console's do: such a count
+is reported as the bound, its state listed in ``counts_capped`` (``failed=10000+`` in the text),
+so the probe costs the same on a history of any size.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from awa_django.services.cluster import (
     worker_scope,
 )
 from awa_django.services.keys import top_keys
-from awa_django.services.stats import format_age, queue_stats
+from awa_django.services.stats import COUNT_LIMIT, format_age, queue_stats
 from awa_django.states import JobState
 
 
@@ -65,7 +68,7 @@ class Command(BaseCommand):
         now = timezone.now()
         try:
             workers = live_workers(stale_after, now=now)
-            stats = queue_stats(None, workers=workers)
+            stats = queue_stats(None, workers=workers, limit=COUNT_LIMIT)
             keys = top_keys(awa_settings().FAIR_KEYS_TOP)
         except DatabaseError as exc:
             raise CommandError(f"unhealthy: cannot read the job tables: {exc}".strip(), returncode=2) from exc
@@ -172,7 +175,8 @@ class Command(BaseCommand):
                 out.write(line)
         out.write(f"queues ({len(report['queues'])}):")
         for q in report["queues"]:
-            counts = " ".join(f"{state}={n}" for state, n in q["counts"].items())
+            capped = set(q["counts_capped"])
+            counts = " ".join(f"{state}={n}{'+' if state in capped else ''}" for state, n in q["counts"].items())
             age = q["oldest_available_age_seconds"]
             age_text = f"{age:.0f}s" if age is not None else "-"
             marks = ["TOO OLD"] if q["too_old"] else []
