@@ -15,20 +15,18 @@ Several ``key=value``, ``tag:`` and ``error:`` terms separated by spaces must al
 cannot match anything (a NUL, an id beyond bigint, JSON that is not an object, an object with a
 number JSON cannot hold) gives an empty list, never an error.
 
-How it stays off a full read of a big awa_job: the search indexes are partial on state (an index over
-every row would take an entry at enqueue, at claim and at completion, since every update of a job
-changes its state and none is HOT). An args, tag or error search is therefore asked as one arm per
-group of states, each arm spelling its states as literals so the planner can prove that arm is
-covered by a partial index, and Postgres can answer with a BitmapOr of them:
+How it stays off a full read of the history: finished jobs live in ``awa_job_done`` (migration
+0023, docs/storage.md), whose args and tags GIN indexes cover every row and whose failed branch
+(failed, cancelled) has a trigram index on the error messages (where pg_trgm exists); unfinished
+jobs live in the hot table ``awa_job``, with no args, tags or error text index, so that enqueue
+pays no GIN entry. A search is asked as one arm per group of states (STATE_GROUPS), each spelling
+its states as literals, so that partition pruning and the planner keep each arm to the table and
+indexes that hold those states:
 
-- completed, failed, cancelled: ``awa_job_args_idx`` / ``awa_job_tags_idx`` (GIN, finished jobs);
-- available: ``awa_job_available_idx``; scheduled, retryable: ``awa_job_pending_run_at_idx``;
-  running: a partial btree on running rows (heartbeat, deadline or key); waiting:
-  ``awa_job_waiting_idx``. Each reads every row of its states, rechecked: the backlog, not the
-  history. No args or tags index covers jobs before they finish, so that enqueue pays no GIN entry;
-  with a long backlog the planner rather reads the table (a search over every state on 10,000,000
-  rows with 600,000 unfinished: about 5 s, bench/README.md). A search with a state filter on a
-  finished state reads its GIN index only (milliseconds at that size).
+- completed, failed, cancelled: awa_job_done's GIN indexes (and the few finished rows that stay hot
+  while they hold their unique key, through the hot table's finished index);
+- available, scheduled, retryable, running, waiting: the hot table's rows of those states, each
+  read and rechecked: the backlog, not the history.
 
 So a search over every state reads the unfinished jobs. Where the planner estimates more of them than
 ``UNFINISHED_SEARCH_LIMIT`` (50,000: about a quarter of a second to read), the job list searches
@@ -36,15 +34,12 @@ the finished jobs only, by their indexes, and says so above the results with a l
 every state (``?every_state=1``, honoured by the list, its live view and its bulk actions alike).
 A state filter, an id, a kind or a fair key search is never narrowed.
 
-Each group is exactly its indexes' predicate, so the planner has no reason to intersect an arm
-with another index only to narrow its states. With the state filter set, only that state is
-asked, and the narrower indexes serve it: ``awa_job_failed_tags_idx`` for a tag among failed jobs,
-``awa_job_error_text_idx`` (where pg_trgm exists, migration 0021) for error text among failed or
-retryable ones: a trigram GIN on the messages alone, since timestamps and tracebacks made one on the
-whole history loose and large.
-Error text in other states, kinds and fair keys have no index: narrow those with the state,
-queue and date filters (the counts stay bounded either way). The arms are the same condition split
-by state, so the rows found do not depend on the plan.
+Error text has an index on failed and cancelled jobs only: an ``error:`` search over every state
+leaves completed jobs out (a job that completed after a failed attempt keeps its errors, and reading
+them is a read of the whole completed history), says so, and searches them when asked
+(``every_state=1`` or the completed state's filter). Kinds and fair keys have no index of their own
+here: narrow those with the state, queue and date filters (the counts stay bounded either way). The
+arms are the same condition split by state, so the rows found do not depend on the plan.
 """
 
 from __future__ import annotations
