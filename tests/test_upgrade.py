@@ -5,7 +5,7 @@ The database is the test's own, on the shared server, built by the current code 
 previous release's schema) and filled by the server (``INSERT ... SELECT generate_series``) with
 finished history and a backlog of ``noop`` jobs. A worker of the previous release (a git worktree
 of ``PREVIOUS_RELEASE``, run with this environment's Python) drains the backlog while a feeder
-keeps adding jobs, so that it claims and completes throughout; ``manage.py migrate awa 0023`` runs
+keeps adding jobs, so that it claims and completes throughout; ``manage.py migrate awa`` (0023 and 0024) runs
 meanwhile with the current code. The old worker goes on until it has finished jobs written after
 the migration (the trigger moves those to ``awa_job_done``), is stopped with SIGTERM, and a worker
 of the current release drains the rest.
@@ -236,7 +236,7 @@ def test_migration_0023__under_a_draining_old_worker__loses_and_stalls_no_job(tm
                 )
                 feeder.start()  # from here on, the old worker has work throughout
                 migration_start: datetime = value(conn, "SELECT clock_timestamp()")
-                migration_seconds = manage(dbname, "migrate", "awa", "0023", "-v", "0")
+                migration_seconds = manage(dbname, "migrate", "awa", "-v", "0")  # 0023, then 0024
                 migration_end: datetime = value(conn, "SELECT clock_timestamp()")
                 assert old.poll() is None, f"the old worker exited during the migration:\n{old_log.read_text()[-4000:]}"
 

@@ -21,9 +21,9 @@
 
 Upgrade in place: nothing here reads or rewrites the existing rows. The new tables are empty, the
 trigger and view are catalog changes (a SHARE ROW EXCLUSIVE lock on ``awa_job`` for the trigger,
-held for milliseconds). The finished rows already in ``awa_job`` stay there, visible through the
-view, and leave with the retention's bounded sweep; the finished-only indexes on ``awa_job`` are
-dropped CONCURRENTLY (so the migration is not atomic: rerun it if interrupted).
+held for milliseconds), all in one transaction. The finished rows already in ``awa_job`` stay
+there, visible through the view, and leave with the retention's bounded sweep; migration 0024
+drops the finished-only indexes on ``awa_job`` CONCURRENTLY.
 
 A later migration that adds a column to ``awa_job`` must add it to ``awa_job_done`` in the same
 position (last) and recreate the view: the triggers move whole rows (tests/test_storage.py checks
@@ -151,19 +151,6 @@ INSERT INTO awa_job SELECT * FROM awa_job_done;
 DROP TABLE awa_job_done;
 """
 
-# The finished-only indexes of awa_job: finished rows now live in awa_job_done, with their own.
-# (awa_job_finalized_idx stays: the retention's sweep of the finished rows left hot uses it.)
-OLD_INDEXES = {
-    "awa_job_args_idx": "CREATE INDEX CONCURRENTLY IF NOT EXISTS awa_job_args_idx ON awa_job USING gin "
-    "(args jsonb_path_ops) WHERE state IN ('completed', 'failed', 'cancelled')",
-    "awa_job_tags_idx": "CREATE INDEX CONCURRENTLY IF NOT EXISTS awa_job_tags_idx ON awa_job USING gin (tags) "
-    "WHERE state IN ('completed', 'failed', 'cancelled')",
-    "awa_job_failed_tags_idx": "CREATE INDEX CONCURRENTLY IF NOT EXISTS awa_job_failed_tags_idx ON awa_job "
-    "USING gin (tags) WHERE state = 'failed' AND tags IS NOT NULL",
-    "awa_job_failed_queue_idx": "CREATE INDEX CONCURRENTLY IF NOT EXISTS awa_job_failed_queue_idx ON awa_job "
-    "(queue, run_at) WHERE state = 'failed'",
-}
-
 # The console's error:TEXT search (migration 0021's expression), on the failed branch, where
 # pg_trgm is installed.
 ERROR_TEXT = (
@@ -179,28 +166,19 @@ def error_text_index(apps: Any, schema_editor: Any) -> None:
             cursor.execute(ERROR_TEXT)
 
 
-def drop_old_indexes(apps: Any, schema_editor: Any) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        for name in OLD_INDEXES:
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-
-
-def build_old_indexes(apps: Any, schema_editor: Any) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        for sql in OLD_INDEXES.values():
-            cursor.execute(sql)
-
-
 class Migration(migrations.Migration):
-    # DROP INDEX CONCURRENTLY cannot run in a transaction; each operation below commits alone.
-    atomic = False
+    # One transaction: interrupted, it leaves nothing behind, and runs again whole. The
+    # finished-only indexes of awa_job are dropped CONCURRENTLY by 0024, outside it.
+    atomic = True
 
     dependencies = [
         ("awa", "0022_fair_key_overrides"),
     ]
 
     operations = [
-        migrations.RunSQL(CREATE, DROP),
+        # Lists of one script each: Django runs each as given, not split by sqlparse (whose
+        # reading of the $$ bodies this must not depend on).
+        migrations.RunSQL([CREATE], [DROP]),
         migrations.RunPython(error_text_index, migrations.RunPython.noop),
         migrations.SeparateDatabaseAndState(
             state_operations=[
@@ -222,5 +200,4 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
-        migrations.RunPython(drop_old_indexes, build_old_indexes),
     ]

@@ -169,7 +169,11 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
         async with conn.transaction():
             await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
             # The default partition's rows of the range must leave it before the ATTACH checks
-            # it, and none may arrive meanwhile: ATTACH takes this lock anyway.
+            # it, and none may arrive meanwhile. The branch first: an insert that was routed to
+            # the default partition before the range existed, and then waited for the default's
+            # lock, would fail the partition constraint once the range is attached; with the
+            # branch locked, inserts wait before their routing, and go to the new partition.
+            await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(table))
             await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(default))
             cursor = await conn.execute(
                 sql.SQL(

@@ -40,10 +40,12 @@ def test_maintenance__retention__deletes_finished_jobs_past_their_retention_only
         job: Job = JobFactory(kind="noop", queue="kept", state=state, attempt=1, finalized_at=now - age)
         return job.pk
 
+    # Retention drops partitions whole (docs/storage.md): a job goes between its retention and its
+    # retention plus the partition width (an hour for these retentions), swept or dropped.
     expired = {
-        finished("completed", timedelta(hours=2)),
-        finished("failed", timedelta(hours=3)),
-        finished("cancelled", timedelta(hours=3)),
+        finished("completed", timedelta(hours=3)),
+        finished("failed", timedelta(hours=5)),
+        finished("cancelled", timedelta(hours=5)),
     }
     kept = {
         finished("completed", timedelta(minutes=10)),
