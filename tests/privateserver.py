@@ -248,8 +248,8 @@ def migrated_server(name: str) -> Iterator[PrivateServer]:
 
 def state_counts(server: PrivateServer) -> dict[str, int]:
     """Jobs by state on the server's database."""
-    return {state: int(n) for state, n in server.rows("SELECT state, count(*) FROM awa_job GROUP BY state")}
+    return {state: int(n) for state, n in server.rows("SELECT state, count(*) FROM awa_job_all GROUP BY state")}
 
 
 def completed_jobs(server: PrivateServer) -> int:
-    return int(server.value("SELECT count(*) FROM awa_job WHERE state = %s", [JobState.COMPLETED.value]))
+    return int(server.value("SELECT count(*) FROM awa_job_all WHERE state = %s", [JobState.COMPLETED.value]))

@@ -161,7 +161,7 @@ def test_sqlite_default__jobs_on_postgres__check_migrate_enqueue_worker_admin(
             deadline = time.monotonic() + 60
             while True:
                 row = jobs.execute(
-                    "SELECT count(*) FROM awa_job WHERE queue = 'multi' AND state = 'completed'"
+                    "SELECT count(*) FROM awa_job_all WHERE queue = 'multi' AND state = 'completed'"
                 ).fetchone()
                 if row and row[0] == 6:
                     break

@@ -183,7 +183,7 @@ def wait_for_completion(params: dict[str, Any], job_id: int, process: subprocess
     deadline = time.monotonic() + JOB_TIMEOUT
     with psycopg.connect(**params, autocommit=True) as conn:
         while True:
-            row = conn.execute("SELECT state FROM awa_job WHERE id = %s", [job_id]).fetchone()
+            row = conn.execute("SELECT state FROM awa_job_all WHERE id = %s", [job_id]).fetchone()
             state = None if row is None else str(row[0])
             if state in ("completed", "failed", "cancelled") or process.poll() is not None:
                 return state

@@ -115,9 +115,9 @@ def test_chaos__workers_killed_and_database_restarted__every_job_completes_once_
     assert state_counts(server) == {"completed": JOBS}  # nothing lost, nothing left running
     # Every job's final attempt ran once, to its end (the handler's own rows say so).
     finished = Counter(server.rows("SELECT job_id, run_lease FROM demo_execution WHERE finished_at IS NOT NULL"))
-    final = dict(server.rows("SELECT id, run_lease FROM awa_job"))
+    final = dict(server.rows("SELECT id, run_lease FROM awa_job_all"))
     assert {pk: finished[(pk, lease)] for pk, lease in final.items() if finished[(pk, lease)] != 1} == {}
     # Attempts were spent only on the kills and the restart, never in a loop.
-    attempts = Counter(attempt for (attempt,) in server.rows("SELECT attempt FROM awa_job"))
+    attempts = Counter(attempt for (attempt,) in server.rows("SELECT attempt FROM awa_job_all"))
     assert set(attempts) <= {1, 2, 3}, attempts
     assert attempts[1] < JOBS, "no job needed a second attempt: neither a kill nor the restart interrupted any"

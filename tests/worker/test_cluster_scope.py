@@ -157,7 +157,7 @@ def test_cluster__rate_limit_holds_for_all_workers_together(spawn: Spawner) -> N
     wait_until(lambda: Job.objects.filter(queue="R", state="completed").count() >= 45, 30, 0.1, "45 jobs done")
     with connection.cursor() as cursor:  # starts per second on the database clock, after a 1 s warm-up
         cursor.execute(
-            "SELECT count(*) FROM awa_job, (SELECT min(attempted_at) AS t0 FROM awa_job WHERE queue = 'R') s "
+            "SELECT count(*) FROM awa_job_all, (SELECT min(attempted_at) AS t0 FROM awa_job_all WHERE queue = 'R') s "
             "WHERE queue = 'R' AND attempted_at >= s.t0 + interval '1 second' "
             "AND attempted_at < s.t0 + interval '7 seconds'"
         )

@@ -59,7 +59,7 @@ def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: P
         server.start()
 
         def completed() -> bool:
-            return server.rows("SELECT state FROM awa_job WHERE kind = 'noop'") == [(JobState.COMPLETED.value,)]
+            return server.rows("SELECT state FROM awa_job_all WHERE kind = 'noop'") == [(JobState.COMPLETED.value,)]
 
         wait_until(completed, timeout=60, what="the job to complete once Postgres is up")
         assert "database reachable database=default what=reading the Queue rows" in worker.log
