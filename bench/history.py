@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import random
@@ -78,6 +79,7 @@ os.environ.setdefault("DJANGO_DEBUG", "false")  # no query log in this process
 
 PREFIX = "awa_bench_history_"
 EMPTY = PREFIX + "empty"
+HISTORY = PREFIX + "big"
 PRUNE = PREFIX + "prune"
 QUEUE = "bench"
 PROBE_QUEUE = "probe"
@@ -186,10 +188,6 @@ def prepare(name: str) -> None:
     Queue.objects.update_or_create(name=QUEUE, defaults={"max_workers": 32})
 
 
-def history_name(rows: int) -> str:
-    return f"{PREFIX}{rows}"
-
-
 def run_async(function: Any, *args: Any) -> Any:
     """``function(conn, *args)`` on a worker-style async connection to the current database."""
     from awa_django.worker.db import connect as connect_async
@@ -243,9 +241,11 @@ def empty_all(conn: Any) -> None:
     conn.execute("TRUNCATE awa_job, awa_job_done, awa_job_edge, awa_history, awa_history_mark")
 
 
-def insert_done(conn: Any, state: str, rows: int, end: datetime, span: timedelta) -> None:
+def insert_done(conn: Any, state: str, start: int, rows: int, end: datetime, span: timedelta) -> None:
+    """Finished jobs ``start`` to ``rows`` of ``state`` (their args follow the number), finished
+    over the ``span`` before ``end``."""
     started = time.monotonic()
-    for first in range(1, rows + 1, CHUNK):
+    for first in range(start, rows + 1, CHUNK):
         last = min(first + CHUNK - 1, rows)
         conn.execute(
             BUILD_DONE,
@@ -255,36 +255,57 @@ def insert_done(conn: Any, state: str, rows: int, end: datetime, span: timedelta
 
 
 def mix(rows: int) -> dict[str, int]:
-    return {state: round(rows * share / MIX_TOTAL) for state, share in MIX.items()}
+    """The issue's mix scaled to ``rows``; the waiting jobs (scheduled, retryable) stop growing at the
+    issue's 210,000: past 5.56 M rows only the history grows (the curve)."""
+    scale = rows / MIX_TOTAL
+    counts = {state: round(share * scale) for state, share in MIX.items()}
+    for state in ("scheduled", "retryable"):
+        counts[state] = min(counts[state], MIX[state])
+    return counts
+
+
+async def _day_partitions(conn: Any, lower: datetime) -> None:
+    """Both branches' day partition from ``lower``, where missing."""
+    from awa_django.worker import retention
+
+    existing = await retention.list_partitions(conn)
+    for branch in retention.BRANCHES:
+        if not any(p.lower == lower for p in existing[branch.table]):
+            await _create_range(conn, lower, lower + timedelta(days=1), (branch.table,))
 
 
 def build_history(rows: int, rebuild: bool) -> str:
-    """The history database of ``rows`` rows (the issue's mix), reused when it holds them already."""
-    name = history_name(rows)
-    prepare(name)
+    """The history database with ``rows`` rows of the issue's mix: reused when it holds them, grown
+    when it holds fewer (the new finished jobs spread over the last 24 hours like the first ones),
+    built from nothing otherwise (or with ``rebuild``)."""
+    prepare(HISTORY)
     counts = mix(rows)
     with connect() as conn:
         marker = conn.execute("SELECT obj_description('awa_job_done'::regclass)").fetchone()[0]
-        if not rebuild and marker == f"bench history {counts}":
-            log(f"reusing {name} ({counts})")
-            return name
-        log(f"building {name}: {counts}")
-        started = time.monotonic()
-        empty_all(conn)
+        have = json.loads(marker) if marker and marker.startswith("{") else None
+        if have == counts and not rebuild:
+            log(f"reusing {HISTORY} ({counts})")
+            return HISTORY
+        if rebuild or have is None or any(have[state] > counts[state] for state in counts):
+            log(f"building {HISTORY}: {counts}")
+            empty_all(conn)
+            run_async(_drop_partitions)
+            have = dict.fromkeys(counts, 0)
+        else:
+            log(f"growing {HISTORY} from {have} to {counts}")
+    started = time.monotonic()
     # Partitions first, as the worker makes them: yesterday's and today's day, and ahead.
     now = datetime.now(UTC)
-    day = timedelta(days=1)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    run_async(_drop_partitions)
-    run_async(_create_range, today - day, today, ("awa_job_done_completed", "awa_job_done_failed"))
+    run_async(_day_partitions, today - timedelta(days=1))
     run_async(_ensure)
     with connect() as conn:
         for state in ("completed", "failed", "cancelled"):
-            insert_done(conn, state, counts[state], now, day)
+            insert_done(conn, state, have[state] + 1, counts[state], now, timedelta(days=1))
         with conn.transaction():
             conn.execute("SET LOCAL awa.notify_by_caller = 'on'")  # nobody listens to these
             for state in ("scheduled", "retryable"):
-                conn.execute(BUILD_HOT, {"state": state, "n": counts[state]})
+                conn.execute(BUILD_HOT, {"state": state, "n": counts[state] - have[state]})
         in_default = conn.execute(
             "SELECT (SELECT count(*) FROM awa_job_done_completed_default)"
             " + (SELECT count(*) FROM awa_job_done_failed_default)"
@@ -295,9 +316,9 @@ def build_history(rows: int, rebuild: bool) -> str:
         conn.execute("VACUUM ANALYZE")
     roll_up()
     with connect() as conn:
-        conn.execute(sql.SQL("COMMENT ON TABLE awa_job_done IS {}").format(sql.Literal(f"bench history {counts}")))
+        conn.execute(sql.SQL("COMMENT ON TABLE awa_job_done IS {}").format(sql.Literal(json.dumps(counts))))
         log(f"  built in {time.monotonic() - started:,.0f} s")
-    return name
+    return HISTORY
 
 
 def roll_up() -> None:
@@ -521,8 +542,9 @@ def run_once(name: str, n: int, samples: int, batch: int) -> Run:
 # -- Reports --------------------------------------------------------------------------------------
 
 
-def sizes(name: str) -> None:
-    """Each table's and index's size: awa_job, and awa_job_done's leaf partitions."""
+def sizes(name: str) -> tuple[float, float]:
+    """Print each table's and index's size: awa_job, and awa_job_done's leaf partitions. Return
+    awa_job_done's heap and indexes, in GB."""
     with connect(name) as conn:
         rows = conn.execute(
             """
@@ -558,6 +580,8 @@ def sizes(name: str) -> None:
     print("\n| index | on | MB (all partitions) |\n| --- | --- | ---: |")
     for table, relname, size in indexes:
         print(f"| {relname} | {table} | {int(size) / mb:,.1f} |")
+    done = [r for r in rows if r[0] != "awa_job"]
+    return sum(r[2] for r in done) / 1024**3, sum(r[3] for r in done) / 1024**3
 
 
 def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
@@ -603,7 +627,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
 
 
 def compare(args: argparse.Namespace) -> None:
-    curve: list[tuple[int, dict[str, float], list[tuple[Run, Run]]]] = []
+    curve: list[tuple[int, dict[str, float], list[tuple[Run, Run]], tuple[float, float]]] = []
     build_empty()
     for rows in args.history:
         name = build_history(rows, args.rebuild)
@@ -618,21 +642,20 @@ def compare(args: argparse.Namespace) -> None:
                 f"p99 {e.p99:.2f} / {h.p99:.2f} ms, buffers claim {e.buffers.claim:.1f} / {h.buffers.claim:.1f}, "
                 f"completion {e.buffers.complete:.1f} / {h.buffers.complete:.1f}"
             )
-        curve.append((rows, report_pairs(rows, runs), runs))
-        sizes(name)
-        if args.drop_after:
-            drop_database(name)
+        medians = report_pairs(rows, runs)
+        curve.append((rows, medians, runs, sizes(name)))
     sizes(EMPTY)
     if len(curve) > 1:
         print("\ncurve (medians; ratios history / empty, paired):")
         print(
-            "| history rows | drain jobs/s | drain ratio | bulk ratio | pickup p99 ratio "
-            "| claim buffers/job | completion buffers/job |"
+            "| history rows | awa_job_done heap / indexes GB | drain jobs/s | drain ratio | bulk ratio "
+            "| pickup p99 ratio | claim buffers/job | completion buffers/job |"
         )
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for rows, medians, runs in curve:
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for rows, medians, runs, (heap, index) in curve:
             print(
-                f"| {rows:,} | {statistics.median(h.drain for _, h in runs):,.0f} | {medians['drain']:.2f} "
+                f"| {rows:,} | {heap:.2f} / {index:.2f} | {statistics.median(h.drain for _, h in runs):,.0f} "
+                f"| {medians['drain']:.2f} "
                 f"| {medians['bulk']:.2f} | {medians['p99']:.2f} "
                 f"| {statistics.median(h.buffers.claim for _, h in runs):.1f} "
                 f"| {statistics.median(h.buffers.complete for _, h in runs):.1f} |"
@@ -668,7 +691,7 @@ def build_prune_day(rows: int) -> None:
     started = time.monotonic()
     with connect() as conn:
         end, span = today - timedelta(milliseconds=1), timedelta(days=1) - timedelta(seconds=1)
-        insert_done(conn, "completed", rows, end, span)
+        insert_done(conn, "completed", 1, rows, end, span)
         conn.execute("VACUUM ANALYZE")
     log(f"  the day built in {time.monotonic() - started:,.0f} s")
 
@@ -807,14 +830,31 @@ def prune_by_leader(n: int, drain_seconds: float) -> PruneRun:
     return run
 
 
+def expired_rows() -> int:
+    """The completed jobs finished before today (the day the prune drops)."""
+    with connect() as conn:
+        (n,) = conn.execute(
+            "SELECT count(*) FROM awa_job_done_completed"
+            " WHERE finalized_at < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+        ).fetchone()
+    return int(n)
+
+
 def prune(args: argparse.Namespace) -> None:
     logging.getLogger("awa_django.worker.retention").setLevel(logging.INFO)
     rows: list[tuple[str, PruneRun, PruneRun]] = []
+    if args.database and (args.pairs != 1 or len(args.by) != 1):
+        raise SystemExit("--database has one day to drop: give --pairs 1 and one --by")
+    expired = 0
     for pair in range(args.pairs):
         for by in args.by:
-            build_prune_day(args.day)
+            if args.database:
+                use(args.database)
+            else:
+                build_prune_day(args.day)
             if pair == 0 and by == args.by[0]:
-                sizes(PRUNE)
+                sizes(args.database or PRUNE)
+            expired = expired_rows()
             plain = prune_by_bench(args.jobs, prune=False)
             if by == "bench":
                 pruned = prune_by_bench(args.jobs, prune=True)
@@ -826,7 +866,7 @@ def prune(args: argparse.Namespace) -> None:
                 f"{pruned.drop_at:.1f} s, {pruned.held}, lags {[round(lag) for _, lag in pruned.probes]}"
             )
     w = args.window
-    print(f"\npruning a day of {args.day:,} completed jobs during a drain of {args.jobs:,} (alternated pairs):")
+    print(f"\npruning a day of {expired:,} completed jobs during a drain of {args.jobs:,} (alternated pairs):")
     print(
         "| pair | dropped by | retention's log | drop_expired wall s | drain jobs/s without / with | ratio "
         f"| {w:.0f} s from the drop's start, jobs/s without / with | ratio "
@@ -873,11 +913,11 @@ def main() -> None:
     c.add_argument("--samples", type=int, default=300)
     c.add_argument("--batch", type=int, default=100, help="jobs per claim and completion in the buffers' EXPLAIN")
     c.add_argument("--rebuild", action="store_true")
-    c.add_argument("--drop-after", action="store_true", help="drop each history database once measured (disk)")
     p = sub.add_parser("prune", help="drop a day of completed jobs during a drain")
     p.add_argument("--day", type=int, default=5_000_000)
     p.add_argument("--pairs", type=int, default=1)
     p.add_argument("--jobs", type=int, default=50_000)
+    p.add_argument("--database", help="an existing database whose yesterday to drop (e.g. awa_bench_history_big)")
     p.add_argument("--window", type=float, default=3.0, help="seconds of the drain from the drop's start")
     p.add_argument(
         "--by",
