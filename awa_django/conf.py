@@ -387,7 +387,7 @@ class AwaSettings:
         defaults.POOL_SIZE_DEFAULT,
         _count,
         "pooled connections per worker (claims, batched writes, heartbeats, snapshots); "
-        "each worker also holds one LISTEN and one maintenance connection",
+        "each worker also holds one LISTEN and one maintenance connection (the leader two more: retention, history)",
     )
     MAX_TAGS: int = setting(defaults.MAX_TAGS_DEFAULT, _count, "how many tags a job may have")
     MAX_TAG_LENGTH: int = setting(defaults.NAME_MAX_LENGTH, _count, "how many characters a tag may have")
