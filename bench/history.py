@@ -65,6 +65,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -609,7 +610,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
     }
     print("\n| measure | empty (median) | history (median) | ratio history / empty (median of pairs) | target |")
     print("| --- | ---: | ---: | ---: | --- |")
-    col = {
+    col: dict[str, tuple[str, Callable[[Run], float], str, str]] = {
         "drain": ("drain, jobs/s", lambda r: r.drain, "{:,.0f}", ">= 0.95"),
         "bulk": ("bulk enqueue, jobs/s", lambda r: r.bulk, "{:,.0f}", ">= 0.95"),
         "p50": ("pickup p50, ms", lambda r: r.p50, "{:.2f}", ""),
