@@ -619,9 +619,9 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         "complete": ("completion, shared buffers per job", lambda r: r.buffers.complete, "{:.1f}", ""),
     }
     for key, (label, get, fmt, target) in col.items():
-        e = statistics.median(get(p[0]) for p in runs)
-        h = statistics.median(get(p[1]) for p in runs)
-        print(f"| {label} | {fmt.format(e)} | {fmt.format(h)} | {medians[key]:.2f} | {target} |")
+        empty = statistics.median(get(p[0]) for p in runs)
+        history = statistics.median(get(p[1]) for p in runs)
+        print(f"| {label} | {fmt.format(empty)} | {fmt.format(history)} | {medians[key]:.2f} | {target} |")
     reads = statistics.median(h.buffers.claim_read + h.buffers.complete_read for _, h in runs)
     print(f"(blocks read from outside shared buffers per job, claim + completion, history: {reads:.2f})")
     return medians
