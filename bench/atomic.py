@@ -1,0 +1,191 @@
+"""The cost of ``@job(atomic=True)``: an atomic no-op drain against a plain one, paired (issue 45).
+
+    python bench/atomic.py                          # 10,000 jobs, 5 alternated pairs
+    python bench/atomic.py --jobs 20000 --reps 3 --conn-max-age 0
+    python bench/atomic.py --handler touch          # handlers that write one row each
+
+Each repetition drains N ``noop_sync`` jobs (a ``def`` handler doing nothing: the worker's thread
+pool, its completion in the batch writer's next round trip) and N ``noop_atomic`` jobs (the same,
+with ``atomic=True``: ``transaction.atomic()`` on the thread's Django connection, the completion
+written inside it, one COMMIT per job), in alternating order (plain first on odd repetitions),
+or, with ``--handler touch``, ``touch_sync`` against ``touch_atomic`` (each writes one row: the plain
+one commits it on its own, the atomic one with its completion),
+each with one ``manage.py awa_worker -q bench`` started for it, on an emptied, vacuumed table.
+
+Printed per repetition and as medians: the rate over the database's own span (first claim to last
+completion: no start-up, no polling delay), the worker's CPU µs per job from 10 % of the jobs
+completed to the end (``/proc``), and the median of the paired ratios atomic ÷ plain (rate and
+CPU). ``--conn-max-age`` is the worker's ``CONN_MAX_AGE`` (default 600: persistent connections,
+what a worker should run with, docs/guide/exactly-once.md); 0 is Django's default, under which
+each atomic attempt opens and closes a connection of its own.
+
+The database is ``awa_bench_atomic`` on the embedded server (or DATABASE_URL's). The machine is
+shared: read the medians and the paired ratios, not one repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.floor import connect, cpu_seconds, setup  # noqa: E402 (ROOT on the path first)
+
+DB_NAME = "awa_bench_atomic"
+QUEUE = "bench"
+# testproject/demo/jobs.py: a handler doing nothing, and one writing one row (an Execution).
+HANDLERS = {
+    "noop": {"plain": "noop_sync", "atomic": "noop_atomic"},
+    "touch": {"plain": "touch_sync", "atomic": "touch_atomic"},
+}
+WORKER_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "awa_bench_atomic_worker.log"
+AS_WORKER = "--as-worker"
+
+
+def tables(conn: Any) -> list[str]:
+    """The job tables there are: the hot one, and the finished one once storage has it."""
+    found = conn.execute("SELECT to_regclass('awa_job'), to_regclass('awa_job_done')").fetchone()
+    return [str(name) for name in found if name is not None]
+
+
+def every_job(conn: Any) -> str:
+    """Where every job is read: the view of both tables, once there is one."""
+    return "awa_job_all" if conn.execute("SELECT to_regclass('awa_job_all')").fetchone()[0] else "awa_job"
+
+
+def fill(n: int, kind: str) -> None:
+    """Empty, vacuumed job tables with n available jobs of ``kind`` in the bench queue."""
+    from awa_django.models import Job
+
+    with connect() as conn:
+        names = tables(conn)
+        conn.execute(f"TRUNCATE {', '.join(names)}, demo_execution")  # names from to_regclass of constants
+        for name in names:
+            conn.execute(f"VACUUM ANALYZE {name}")
+    for start in range(0, n, 10_000):
+        Job.objects.enqueue_many([{"kind": kind, "queue": QUEUE} for _ in range(min(10_000, n - start))])
+    with connect() as conn:
+        for name in tables(conn):
+            conn.execute(f"VACUUM ANALYZE {name}")
+
+
+def completed(conn: Any, table: str) -> int:
+    (done,) = conn.execute(f"SELECT count(*) FROM {table} WHERE state = 'completed'").fetchone()
+    return int(done)
+
+
+def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float]:
+    """Drain the n jobs with one awa_worker: (jobs/s over the database's span, CPU µs per job from
+    10 % of the jobs completed to the end)."""
+    # AWA_DB_NAME: set by setup(). DEBUG off, as in production: with it Django records every query.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DJANGO_DEBUG="false")
+    with open(WORKER_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, AS_WORKER, str(conn_max_age), str(sync_threads or 0), "awa_worker", "-q", QUEUE],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + max(180.0, n / 50)
+        mark: tuple[float, int] | None = None
+        with connect() as conn:
+            table = every_job(conn)
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the worker exited with {proc.returncode}; see {WORKER_LOG}")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the worker did not drain {n} jobs in time; see {WORKER_LOG}")
+                done = completed(conn, table)
+                if mark is None and done >= 0.1 * n:
+                    mark = (cpu_seconds(proc.pid), done)
+                if done >= n:
+                    break
+                time.sleep(0.1)
+            cpu = cpu_seconds(proc.pid)
+            span, once = conn.execute(
+                f"SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)), "
+                f"count(*) FILTER (WHERE attempt = 1) FROM {table}"
+            ).fetchone()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if once != n:
+        raise SystemExit(f"expected {n} jobs completed at their first attempt, found {once}")
+    assert mark is not None
+    return n / float(span), (cpu - mark[0]) / max(n - mark[1], 1) * 1e6
+
+
+def run_worker(conn_max_age: int, sync_threads: int, argv: list[str]) -> None:
+    """``manage.py ARGV`` with the default database's CONN_MAX_AGE set, and AWA["SYNC_THREADS"] when
+    ``sync_threads`` is not 0 (the bench's worker)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    from testproject import settings
+
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = conn_max_age
+    if sync_threads:
+        settings.AWA["SYNC_THREADS"] = sync_threads
+    sys.argv = [str(ROOT / "manage.py"), *argv]
+    runpy.run_path(str(ROOT / "manage.py"), run_name="__main__")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--conn-max-age", type=int, default=600, help="the worker's CONN_MAX_AGE (seconds)")
+    parser.add_argument("--sync-threads", type=int, help="the worker's AWA['SYNC_THREADS'] (default: its default, 10)")
+    parser.add_argument(
+        "--handler", choices=sorted(HANDLERS), default="noop", help="noop: does nothing; touch: writes one row"
+    )
+    args = parser.parse_args()
+    setup(DB_NAME)
+    kinds = HANDLERS[args.handler]
+    got: dict[str, list[tuple[float, float]]] = {"plain": [], "atomic": []}
+    for rep in range(args.reps):
+        order = ("plain", "atomic") if rep % 2 == 0 else ("atomic", "plain")
+        for which in order:
+            fill(args.jobs, kinds[which])
+            got[which].append(drain(args.jobs, args.conn_max_age, args.sync_threads))
+        (plain_rate, plain_cpu), (atomic_rate, atomic_cpu) = got["plain"][-1], got["atomic"][-1]
+        print(
+            f"  rep {rep + 1} ({order[0]} first): plain={plain_rate:,.0f}/s ({plain_cpu:.0f} µs CPU/job) "
+            f"atomic={atomic_rate:,.0f}/s ({atomic_cpu:.0f} µs CPU/job) ratio={atomic_rate / plain_rate:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    rate_ratios = [a[0] / p[0] for p, a in zip(got["plain"], got["atomic"], strict=True)]
+    cpu_ratios = [a[1] / p[1] for p, a in zip(got["plain"], got["atomic"], strict=True)]
+    print(
+        f"{args.jobs:,} {args.handler} jobs per drain, {args.reps} alternated pairs, "
+        f"CONN_MAX_AGE={args.conn_max_age}, SYNC_THREADS={args.sync_threads or 'default'}, medians:"
+    )
+    print("| drain | jobs/s | worker CPU per job, 10-100 % (µs) |")
+    print("| --- | ---: | ---: |")
+    for which in ("plain", "atomic"):
+        rate = statistics.median(r for r, _ in got[which])
+        cpu = statistics.median(c for _, c in got[which])
+        print(f"| `{kinds[which]}` ({which}) | {rate:,.0f} | {cpu:.0f} |")
+    print(f"| atomic ÷ plain (median of the paired ratios) | {statistics.median(rate_ratios):.2f} | "
+          f"{statistics.median(cpu_ratios):.2f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == AS_WORKER:
+        run_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
+    else:
+        main()
