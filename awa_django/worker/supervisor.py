@@ -91,7 +91,7 @@ class Worker:
         pool = make_pool(config.database_alias, config.pool_size)
         identity = Identity()
         runners = Runners(config, allocator, pool, stop, worker=identity.name)
-        self.executor = Executor(registry, config.sync_threads)
+        self.executor = Executor(registry, config.sync_threads, alias=config.database_alias)
         self.completer = Completer(pool, hand_over=runners)
         attempts = Attempts(self.executor, self.completer, registry=registry, metrics=metrics, stop=stop)
         self.runtime = runtime = Runtime(
