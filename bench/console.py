@@ -342,6 +342,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="time the pages on the database as it is")
     parser.add_argument("--no-rollup", action="store_true", help="skip the history rollup's catch-up")
+    parser.add_argument("--roll-up", action="store_true", help="with --reuse: run the rollup's catch-up again")
     parser.add_argument("--only", action="append", default=[], help="time only the pages whose name has this")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument(
@@ -356,8 +357,10 @@ def main() -> None:
     floor.setup(args.db)
     if not args.reuse:
         build(args.rows)
-        if not args.no_rollup:
-            roll_up()
+    if args.roll_up or not (args.reuse or args.no_rollup):
+        with floor.connect() as conn:
+            conn.execute("TRUNCATE awa_history, awa_history_mark")  # a new leader's catch-up, from nothing
+        roll_up()
     if args.proposed_indexes is not None:
         proposed_indexes(args.proposed_indexes)
     results = time_pages(args.reps, args.only)
