@@ -59,8 +59,8 @@ def _check_object_urls(client: Client, value: str) -> None:
 
 
 def _check_lists(client: Client, value: str) -> None:
-    names = ("q", "kind", "queue", "state__exact", "state__isnull", "p", "o", "e", "all", "every_state")
-    names += ("before", "after")  # the page's id bound
+    names = ["q", "kind", "queue", "state__exact", "state__isnull", "p", "o", "e", "all", "every_state"]
+    names += ["before", "after"]  # the page's id bound
     for name in names:
         _ok(client.get(f"/admin/awa/job/?{urlencode({name: value})}"))
     _ok(client.get(f"/admin/awa/job/?{urlencode({'q': 'user_id=1', 'every_state': value})}"))
