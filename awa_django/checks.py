@@ -388,6 +388,34 @@ def check_atomic_databases(app_configs: Any = None, **kwargs: Any) -> list[Check
     ]
 
 
+@register(Tags.compatibility)  # reads settings and the registry only
+def check_atomic_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """awa.W011: ``@job(atomic=True)`` handlers are registered and the jobs' database has Django's
+    default ``CONN_MAX_AGE`` of 0, so the worker opens and closes a connection for every atomic
+    attempt (its thread's connection is closed after each job, as at the end of a request). Not
+    said behind a transaction pooler (AWA['POOLER']), where a connection is the pooler's to keep."""
+    from awa_django.registry import registry
+
+    kinds = sorted(handler.kind for handler in registry if handler.atomic)
+    current = _current()
+    if not kinds or current is None or current.POOLER == "transaction":
+        return []
+    alias = current.DATABASE_ALIAS
+    if alias not in settings.DATABASES or settings.DATABASES[alias].get("CONN_MAX_AGE", 0) != 0:
+        return []
+    shown = ", ".join(repr(kind) for kind in kinds[:5]) + (f" and {len(kinds) - 5} more" if len(kinds) > 5 else "")
+    return [
+        Warning(
+            f"atomic handlers ({shown}) run on database {alias!r} with CONN_MAX_AGE = 0: the worker connects and "
+            "disconnects for every atomic attempt, which costs more than the attempt itself",
+            hint=f"set DATABASES[{alias!r}]['CONN_MAX_AGE'] (e.g. 600) and 'CONN_HEALTH_CHECKS': True in the workers' "
+            "settings, so each worker thread keeps its connection",
+            obj=alias,
+            id="awa.W011",
+        )
+    ]
+
+
 def _pooler_warnings(current: AwaSettings) -> list[CheckMessage]:
     """awa.W004 polling only behind a transaction pooler; awa.W005 Django's server-side cursors left
     on behind one. (The values themselves are checked by ``awa_django.conf``: awa.E012-E014.)"""

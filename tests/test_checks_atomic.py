@@ -1,4 +1,5 @@
-"""awa.W010: atomic handlers whose project writes some models to another database than the jobs'."""
+"""awa.W010: atomic handlers whose project writes some models to another database than the jobs'; awa.W011:
+atomic handlers whose workers would connect for every attempt (CONN_MAX_AGE 0)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.db.models import Model
 from django.test import override_settings
 
-from awa_django.checks import check_atomic_databases
+from awa_django.checks import check_atomic_connections, check_atomic_databases
 from awa_django.registry import JobHandler, registry
 
 ROUTER = "awa_django.routers.AwaRouter"
@@ -70,3 +71,21 @@ def test_check_atomic_databases__no_atomic_handler__clean() -> None:
     # Only the project's own atomic handlers (testproject's demo) could make it speak.
     atomic = [handler.kind for handler in registry if handler.atomic]
     assert (messages == []) == (atomic == [])
+
+
+def test_check_atomic_connections__conn_max_age_0__w011_names_handlers_and_fix(atomic_kind: str) -> None:
+    databases = {"default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 0}}
+    with override_settings(DATABASES=databases):
+        (message,) = check_atomic_connections()
+    assert message.id == "awa.W011"
+    assert repr(atomic_kind) in message.msg and "CONN_MAX_AGE = 0" in message.msg
+    assert "DATABASES['default']['CONN_MAX_AGE']" in str(message.hint)
+
+
+def test_check_atomic_connections__persistent_or_pooled__clean(atomic_kind: str) -> None:
+    persistent = {"default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 600}}
+    with override_settings(DATABASES=persistent):
+        assert check_atomic_connections() == []
+    default = {"default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 0}}
+    with override_settings(DATABASES=default, AWA={"POOLER": "transaction"}):
+        assert check_atomic_connections() == []
