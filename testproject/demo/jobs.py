@@ -1,6 +1,6 @@
 """Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``spin``,
-``fail``, ``record``, ``count_atomic``, ``count_plain``, ``noop_sync``, ``noop_atomic`` and
-``send_welcome``, and one periodic job, ``demo_tick``."""
+``fail``, ``record``, ``count_atomic``, ``count_plain``, ``noop_sync``, ``noop_atomic``,
+``touch_sync``, ``touch_atomic`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
 
 from __future__ import annotations
 
@@ -105,6 +105,22 @@ def noop_sync() -> None:
 @job("noop_atomic", atomic=True)
 def noop_atomic() -> None:
     """Does nothing, atomically: its completion is written in its own transaction (bench/atomic.py)."""
+
+
+def _touch(context: JobContext) -> None:
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, run_lease=context.run_lease, pid=0)
+
+
+@job("touch_sync", takes_context=True)
+def touch_sync(context: JobContext) -> None:
+    """Writes one Execution row, as a ``def`` handler: bench/atomic.py's baseline for a handler that writes."""
+    _touch(context)
+
+
+@job("touch_atomic", takes_context=True, atomic=True)
+def touch_atomic(context: JobContext) -> None:
+    """``touch_sync``, atomically: the row commits with the completion (bench/atomic.py)."""
+    _touch(context)
 
 
 @job("send_welcome", queue="emails", max_attempts=5)
