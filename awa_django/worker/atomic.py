@@ -7,7 +7,8 @@ or finalize_jobs for a result or progress), guarded by (id, running, run_lease).
 
 - the guard accepts: the handler's writes, the completion, the jobs it enqueued, the workflow
   releases the completion causes (awa_release_jobs runs inside complete_jobs) and its
-  ``transaction.on_commit`` callbacks all take effect with one COMMIT, the handler's own;
+  ``transaction.on_commit`` callbacks all take effect with one COMMIT, the handler's own (a
+  callback that raises after it is logged: the job stays completed, and is not run again);
 - the guard refuses (the job was rescued, cancelled or handed back while the handler ran): the
   transaction rolls back with the handler's writes, and the attempt ends as a refused write does
   (``Outcome.settled`` False), leaving no follow-up;
@@ -26,7 +27,9 @@ thread pool) and ``InlineExecutor`` (immediate mode, ``run_jobs``), the one home
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db import connections, transaction
@@ -35,6 +38,8 @@ from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.writes import Written, outcome_writes
+
+logger = logging.getLogger(__name__)
 
 ATOMIC_ENTRY_KEY = "atomic"
 """The key an atomic attempt's error entry carries (True): the attempt ran in a transaction, and
@@ -74,8 +79,10 @@ def run_atomic(
     result, or a failure naming a value Postgres cannot store).
     """
     job = context.job
+    committed: list[bool] = []  # the first on_commit callback of the transaction notes its COMMIT
     try:
         with transaction.atomic(using=alias):
+            transaction.on_commit(partial(committed.append, True), using=alias)
             result = call()
             outcome = COMPLETED if result is None else completed_with(job, result)
             if outcome.state is not JobState.COMPLETED:
@@ -93,6 +100,18 @@ def run_atomic(
         return not_completed.outcome
     except _Refused:
         return Outcome(outcome.state, result=outcome.result, settled=False)
+    except BaseException:
+        if not committed:
+            raise
+        # One of the handler's on_commit callbacks raised, after the COMMIT: the job is completed
+        # with its writes, and that callback (and the ones after it) did not run to their end.
+        logger.exception(
+            "an on_commit callback of an atomic handler raised after its transaction committed; the job is "
+            "completed job_id=%s kind=%s attempt=%s",
+            job.id,
+            job.kind,
+            job.attempt,
+        )
     return Outcome(outcome.state, result=outcome.result, settled=True)
 
 

@@ -279,3 +279,28 @@ def test_atomic__workflow_step__release_follows_the_commit(
     gate.set()
     wait_for_row(b.id, state="completed")
     assert [job_id for job_id in (a.id, b.id) if len(_executions(job_id)) == 1] == [a.id, b.id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic__on_commit_callback_raises__job_stays_completed_once(
+    worker_for: Callable[[Registry], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[int] = []
+
+    def handler(context: JobContext) -> None:
+        _write(context)
+        ran.append(context.attempt)
+
+        def after() -> None:
+            raise RuntimeError("the receipt mailer is down")
+
+        transaction.on_commit(after)
+
+    worker = worker_for(_registry(("charge", handler)))
+    job_id = Job.objects.enqueue("charge", {}, queue=QUEUE).id
+    row = wait_for_row(job_id, state="completed")
+    assert _executions(job_id) == [(1, row.run_lease)]
+    assert (row.attempt, row.errors) == (1, [])
+    wait_until(lambda: worker.completer.written == 1, what="the attempt answered as written")
+    assert (ran, worker.completer.lost, worker.completer.discarded) == ([1], 0, 0)
+    assert "on_commit callback of an atomic handler raised after its transaction committed" in caplog.text
