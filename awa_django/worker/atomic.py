@@ -122,8 +122,8 @@ def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str |
     refused it. The one writer of outcomes on a Django connection: atomic attempts here, in-process
     execution (``awa_django.worker.inline``) for every other outcome.
 
-    No pipeline: BEGIN and the statement as two round trips cost less CPU here than psycopg's
-    pipeline mode does for one statement (bench/README.md, "Atomic handlers")."""
+    No pipeline: psycopg's pipeline mode, which would send BEGIN with the statement when the handler
+    ran none, measured no better here (bench/README.md, "Atomic handlers")."""
     written = False
     with connections[alias].cursor() as cursor:
         for name, params in outcome_writes([Written(job, outcome, progress)]):
