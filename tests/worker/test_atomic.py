@@ -304,3 +304,35 @@ def test_atomic__on_commit_callback_raises__job_stays_completed_once(
     wait_until(lambda: worker.completer.written == 1, what="the attempt answered as written")
     assert (ran, worker.completer.lost, worker.completer.discarded) == ([1], 0, 0)
     assert "on_commit callback of an atomic handler raised after its transaction committed" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic__workflow_step_loses_its_lease__dependent_waits_then_runs_once(
+    worker_for: Callable[[Registry], Any], gate: threading.Event
+) -> None:
+    reached: list[int] = []
+
+    def first(context: JobContext) -> None:
+        _write(context)
+        reached.append(context.attempt)
+        if context.attempt == 1:
+            gate.wait(30)
+
+    def second(context: JobContext) -> None:
+        _write(context)
+
+    worker_for(_registry(("first", first), ("second", second)))
+    wf = Workflow("atomic-lost-release")
+    a = wf.add("first", {}, queue=QUEUE)
+    b = wf.add("second", {}, queue=QUEUE, after=[a])
+    wf.enqueue()
+    assert a.id is not None and b.id is not None
+    wait_until(lambda: reached, what="the first step's first attempt")
+    assert _rescue_now() == [a.id]
+    gate.set()
+    done = wait_for_row(b.id, state="completed")
+    first_row = Job.objects.get(pk=a.id)
+    assert (first_row.state, first_row.attempt) == ("completed", 2)
+    # The lost attempt released nothing and wrote nothing; the dependent ran once, after attempt 2.
+    assert _executions(a.id) == [(2, first_row.run_lease)]
+    assert _executions(b.id) == [(1, done.run_lease)]
