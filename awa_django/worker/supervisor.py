@@ -11,6 +11,8 @@ per-job Python):
 - ``awa-look-behind``: finds jobs behind the lane cursors (``lookbehind``);
 - ``awa-heartbeat``: heartbeats of the running rows (``heartbeat``);
 - ``awa-maintenance``: the maintenance loop; only the leader does the work (``maintenance``);
+- ``awa-maintenance-<duty>``: while this worker leads, retention and the history rollup, each on
+  its own task and connection beside the leader's round (``duty``);
 - ``awa-capacity``: in capacity scope "cluster", this worker's capacity reports (``capacity``);
 - ``awa-snapshot``: this worker's ``WorkerInstance`` row (``health``);
 - ``awa-reconfigure``: Queue rows re-read and applied live (``reconfigure``), and on the same
