@@ -165,7 +165,8 @@ def test_other_writers__rescue_cancel_and_retry_move_the_row_both_ways() -> None
     claim(rescued.pk)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE awa_job SET heartbeat_at = now() - interval '1 hour' WHERE id = %s", [rescued.pk])
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(seconds=30), "limit": 10})
+        rescue: dict[str, Any] = {"staleness": timedelta(seconds=30), "limit": 10}
+        cursor.execute(statements["rescue_stale_jobs"], rescue)
     cancelled = Job.objects.enqueue("noop", {})
 
     assert cancel_jobs([cancelled.pk], reason="test") == 1
