@@ -120,8 +120,9 @@ def prepare_partitions(conn: Any) -> None:
             conn.execute(sql.SQL(PARTITION).format(**names, lower=sql.Literal(lower), upper=sql.Literal(upper)))
 
 
-# Indexes of awa_job_done proposed for the console (issue 43), not in its migration: built by
-# ``--proposed-indexes`` (and dropped by ``--no-proposed-indexes``) to time the pages both ways.
+# Indexes of awa_job_done proposed for the console by this bench (issue 43), now in migration 0023:
+# ``--no-proposed-indexes`` drops them (and ``--proposed-indexes`` builds them back) to time the
+# pages both ways.
 PROPOSED = {
     # The fair-key filter and the key: search: the jobs of one key, newest first; the default key
     # (most jobs, dense: the walk down the id index finds its page at once) takes no entry.

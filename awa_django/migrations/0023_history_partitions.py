@@ -69,6 +69,10 @@ CREATE INDEX awa_job_done_queue_idx ON awa_job_done (queue, id);
 -- The console's search by args and by tag (admin/search.py).
 CREATE INDEX awa_job_done_args_idx ON awa_job_done USING gin (args jsonb_path_ops);
 CREATE INDEX awa_job_done_tags_idx ON awa_job_done USING gin (tags);
+-- The fair-key filter and the key: search (jobs with a key only), newest first.
+CREATE INDEX awa_job_done_fair_key_idx ON awa_job_done (fair_key, id) WHERE fair_key <> '';
+-- The created_at time filter (bench/console.py: 1.6 s to 0.6 s at 5.5 M rows).
+CREATE INDEX awa_job_done_created_idx ON awa_job_done (created_at);
 -- A workflow's finished jobs (its graph, retention of its edges).
 CREATE INDEX awa_job_done_workflow_idx ON awa_job_done (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
