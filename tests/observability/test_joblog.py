@@ -162,8 +162,11 @@ def test_outcome_lines__a_write_refused_by_the_lease_guard_is_logged_and_counted
     with running_worker(make_config([QUEUE]), registry=_registry(gates), metrics=sink):
         job = Job.objects.enqueue("gated", queue=QUEUE)
         running = wait_for_row(job.pk, state="running")
-        # What a rescue does meanwhile: the row moves on under a newer lease.
-        Job.objects.filter(pk=job.pk).update(state="retryable", run_lease=running.run_lease + 1)
+        # What a rescue does meanwhile: the row moves on under a newer lease. Due in an hour, so
+        # the leader's promotion (its own task since issue 43, prompt) leaves it retryable.
+        Job.objects.filter(pk=job.pk).update(
+            state="retryable", run_lease=running.run_lease + 1, run_at=timezone.now() + timedelta(hours=1)
+        )
         gates.open(job.pk)
         lost = _line(job_lines, job.pk, "lost")
         assert lost.levelno == logging.WARNING
