@@ -26,12 +26,16 @@ ones), on the same code, each run:
   (``min(attempted_at)``) to the last completion (``max(finalized_at)``), read from awa_job_done;
 - **pickup**: the same worker, now idle: ``--samples`` jobs enqueued one at a time (autocommit) after
   a random 20-60 ms gap; each one's ``attempted_at - run_at`` (bench/pickup_tail.py's measure);
+- **SQL alone**: ``--jobs`` jobs enqueued again and drained by ``claim_jobs`` and ``complete_jobs``
+  alone (one connection, claims of 32, each followed by its completion; no worker, no leader): the
+  same span rate, to tell the hot path's SQL from the worker around it;
 - **buffers**: in a rolled-back transaction, ``--batch`` available jobs inserted into awa_job, then
   ``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_jobs`` claiming them and of ``complete_jobs`` completing
   them (tests/test_storage.py's completion_buffers): shared blocks hit + read per job, the best of 3.
 
 Each run starts from awa_job without the bench's jobs, vacuumed, in both databases (the hot table
-churns alike in each); the empty database's awa_job_done is emptied, the history database keeps
+churns alike in each), and the history rollup caught up (so the worker's new leader does not read
+the previous run's jobs); the empty database's awa_job_done is emptied, the history database keeps
 the bench's earlier jobs among its finished ones (50,000 a run: about 1 % of the history each).
 Prints every pair, the median ratio history / empty of each measure, and the partitions' and
 indexes' sizes.
@@ -389,8 +393,11 @@ def clean(empty: bool) -> None:
     with connect() as conn:
         conn.execute("DELETE FROM awa_job WHERE queue IN (%s, %s, 'buffers')", [QUEUE, PROBE_QUEUE])
         if empty:
-            conn.execute("TRUNCATE awa_job_done, awa_history, awa_history_mark")
+            conn.execute("TRUNCATE awa_job_done")
         conn.execute("VACUUM ANALYZE awa_job")
+    # The rollup caught up on what the last run finished: else the worker's new leader reads the
+    # previous run's jobs during this drain, in the history database only (the empty one's are gone).
+    roll_up()
 
 
 def bulk(n: int) -> tuple[float, int, int]:
@@ -515,6 +522,7 @@ class Run:
     database: str
     bulk: float
     drain: float
+    floor: float  # the same drain by claim_jobs + complete_jobs alone
     p50: float
     p99: float
     buffers: Buffers
@@ -537,7 +545,36 @@ def run_once(name: str, n: int, samples: int, batch: int) -> Run:
             times = pickup(conn, samples, worker)
     finally:
         stop_worker(worker)
-    return Run(name, rate_bulk, rate_drain, percentile(times, 0.5), percentile(times, 0.99), buffers(batch))
+    clean(empty=name == EMPTY)
+    _, low, high = bulk(n)
+    rate_floor = floor_drain(n, low, high)
+    return Run(name, rate_bulk, rate_drain, rate_floor, percentile(times, 0.5), percentile(times, 0.99), buffers(batch))
+
+
+def floor_drain(n: int, low: int, high: int, batch: int = 32) -> float:
+    """Drain the n jobs with the worker's claim_jobs and complete_jobs alone, one connection, a
+    claim of ``batch`` then its completion, the lane cursors kept as a dispatcher keeps them (no
+    worker, no leader, no handler): the hot path's SQL, the same span rate."""
+    from awa_django.sql import statements
+    from awa_django.worker.context import claimed_job_row
+    from awa_django.worker.lanes import LaneCursors
+
+    lanes = LaneCursors()
+    with connect() as conn:
+        claims = conn.cursor(row_factory=claimed_job_row)
+        while True:
+            sent = {"queue": QUEUE, "limit": batch, "deadline": None, "worker": "floor:0", **lanes.params()}
+            rows = claims.execute(statements["claim_jobs"], sent, prepare=True).fetchall()
+            if not rows:
+                break
+            lanes.advance(rows, sent)
+            conn.execute(
+                statements["complete_jobs"],
+                {"ids": [r.id for r in rows], "leases": [r.run_lease for r in rows]},
+                prepare=True,
+            )
+        rate, _ = span_rate(conn, n, low, high)
+    return rate
 
 
 # -- Reports --------------------------------------------------------------------------------------
@@ -590,18 +627,20 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
     print(f"\nhistory {rows:,} rows against empty, {len(runs)} pairs (history / empty):")
     print(
         "| pair | drain jobs/s empty / history | bulk jobs/s empty / history | pickup p50 ms empty / history "
-        "| pickup p99 ms empty / history | claim buffers/job | completion buffers/job |"
+        "| pickup p99 ms empty / history | claim buffers/job | completion buffers/job | SQL alone jobs/s |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, (e, h) in enumerate(runs, 1):
         print(
             f"| {i} | {e.drain:,.0f} / {h.drain:,.0f} ({h.drain / e.drain:.2f}) "
             f"| {e.bulk:,.0f} / {h.bulk:,.0f} ({h.bulk / e.bulk:.2f}) | {e.p50:.2f} / {h.p50:.2f} "
             f"| {e.p99:.2f} / {h.p99:.2f} ({h.p99 / e.p99:.2f}) "
-            f"| {e.buffers.claim:.1f} / {h.buffers.claim:.1f} | {e.buffers.complete:.1f} / {h.buffers.complete:.1f} |"
+            f"| {e.buffers.claim:.1f} / {h.buffers.claim:.1f} | {e.buffers.complete:.1f} / {h.buffers.complete:.1f} "
+            f"| {e.floor:,.0f} / {h.floor:,.0f} ({h.floor / e.floor:.2f}) |"
         )
     medians = {
         "drain": statistics.median(h.drain / e.drain for e, h in runs),
+        "floor": statistics.median(h.floor / e.floor for e, h in runs),
         "bulk": statistics.median(h.bulk / e.bulk for e, h in runs),
         "p50": statistics.median(h.p50 / e.p50 for e, h in runs),
         "p99": statistics.median(h.p99 / e.p99 for e, h in runs),
@@ -612,6 +651,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
     print("| --- | ---: | ---: | ---: | --- |")
     col: dict[str, tuple[str, Callable[[Run], float], str, str]] = {
         "drain": ("drain, jobs/s", lambda r: r.drain, "{:,.0f}", ">= 0.95"),
+        "floor": ("the same drain, claim_jobs + complete_jobs alone, jobs/s", lambda r: r.floor, "{:,.0f}", ""),
         "bulk": ("bulk enqueue, jobs/s", lambda r: r.bulk, "{:,.0f}", ">= 0.95"),
         "p50": ("pickup p50, ms", lambda r: r.p50, "{:.2f}", ""),
         "p99": ("pickup p99, ms", lambda r: r.p99, "{:.2f}", "<= 1.10"),
@@ -639,7 +679,8 @@ def compare(args: argparse.Namespace) -> None:
             runs.append((got[EMPTY], got[name]))
             e, h = got[EMPTY], got[name]
             log(
-                f"  pair {pair + 1}: drain {e.drain:,.0f} / {h.drain:,.0f}, bulk {e.bulk:,.0f} / {h.bulk:,.0f}, "
+                f"  pair {pair + 1}: drain {e.drain:,.0f} / {h.drain:,.0f}, "
+                f"SQL alone {e.floor:,.0f} / {h.floor:,.0f}, bulk {e.bulk:,.0f} / {h.bulk:,.0f}, "
                 f"p99 {e.p99:.2f} / {h.p99:.2f} ms, buffers claim {e.buffers.claim:.1f} / {h.buffers.claim:.1f}, "
                 f"completion {e.buffers.complete:.1f} / {h.buffers.complete:.1f}"
             )
