@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, SEARCH_VAR, ChangeList
+from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -30,11 +30,11 @@ from awa_django.admin.helpers import (
     SEARCH_COUNT_LIMIT,
     BoundedCountPaginator,
     SafeSelectionMixin,
-    job_link,
     parse_id,
     pretty_json,
 )
 from awa_django.admin.history import HistoryMixin
+from awa_django.admin.joblist import JobChangeList
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import (
     EVERY_STATE_VAR,
@@ -61,71 +61,6 @@ if TYPE_CHECKING:
     _JobAdminBase = admin.ModelAdmin[Job]
 else:  # ModelAdmin is generic for the type checker only
     _JobAdminBase = admin.ModelAdmin
-
-
-class JobChangeList(ChangeList):
-    # Set by get_queryset when a search over every state was narrowed to finished jobs: about how
-    # many unfinished jobs were left unsearched, and the link that searches them too.
-    awa_unfinished_skipped: int | None = None
-    awa_searched_states: list[str] | None = None
-    awa_completed_skipped = False  # an error text search over every state left completed jobs out
-    awa_every_state_url: str = ""
-    awa_newer_url = awa_older_url = awa_newest_url = awa_oldest_url = ""  # set by get_results
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Each row links its id and kind to the job's page, carrying the list's filters back
-        # (``_changelist_filters``). Django builds each link with reverse() and then
-        # add_preserved_filters, which resolves the URL again: a fifth of the rendering of a
-        # filtered page of 50 rows. The links differ only by the id, so they are made from one
-        # reversed URL and the filters encoded once (url_for_result); the filters are taken off
-        # ``preserved_filters``, which Django reads only to decorate these links.
-        self._awa_link = job_link(self.model_admin.admin_site.name, self.preserved_filters)
-        self.preserved_filters = ""
-
-    def url_for_result(self, result: Any) -> str:
-        return self._awa_link(result.pk)
-
-    def get_filters_params(self, params: Any = None) -> Any:
-        lookup_params = super().get_filters_params(params)
-        for name in (EVERY_STATE_VAR, BEFORE_VAR, AFTER_VAR):  # the search's scope and the page's id bound
-            lookup_params.pop(name, None)  # ... not field lookups
-        return lookup_params
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        # A list too long to count is paged by id (BoundedCountPaginator): its links, kept beside
-        # the list's filters and search. ``awa_newest_url`` and ``awa_oldest_url`` stay empty where
-        # the page already is the newest or the oldest.
-        self.awa_newer_url = self.awa_older_url = self.awa_newest_url = self.awa_oldest_url = ""
-        paginator = self.paginator
-        if not (isinstance(paginator, BoundedCountPaginator) and paginator.awa_by_id and self.multi_page):
-            return
-        rows = list(self.result_list)
-        keyset = paginator.awa_keyset
-        has_older = paginator.awa_has_older if keyset else len(rows) == self.list_per_page
-        has_newer = paginator.awa_has_newer if keyset else self.page_num > 1
-        drop = [BEFORE_VAR, AFTER_VAR, PAGE_VAR, ERROR_FLAG]
-        if rows and has_older:
-            self.awa_older_url = self.get_query_string({BEFORE_VAR: rows[-1].pk}, drop)
-        if rows and has_newer:
-            self.awa_newer_url = self.get_query_string({AFTER_VAR: rows[0].pk}, drop)
-        if has_newer:
-            self.awa_newest_url = self.get_query_string({}, drop)
-        if has_older:
-            self.awa_oldest_url = self.get_query_string({AFTER_VAR: 0}, drop)
-
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
-        queryset = super().get_queryset(request, exclude_parameters)
-        skipped = getattr(request, "awa_unfinished_skipped", None)
-        self.awa_completed_skipped = getattr(request, "awa_completed_skipped", False)
-        if skipped is not None:
-            self.awa_unfinished_skipped = skipped
-            self.awa_searched_states = getattr(request, "awa_searched_states", None)
-        if skipped is not None or self.awa_completed_skipped:
-            self.awa_every_state_url = self.get_query_string({EVERY_STATE_VAR: "1"})
-        # Only the listed columns: the JSON columns (args, errors, result…) can be large.
-        return queryset.only(*JobAdmin.list_columns)
 
 
 @admin.register(Job)
