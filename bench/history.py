@@ -400,8 +400,9 @@ def clean(empty: bool) -> None:
     roll_up()
 
 
-def bulk(n: int) -> tuple[float, int, int]:
-    """enqueue_many of n no-op jobs (COPY, one call); its rate and the ids' range."""
+def bulk(n: int, vacuum: bool = True) -> tuple[float, int, int]:
+    """enqueue_many of n no-op jobs (COPY, one call); its rate and the ids' range. ``vacuum``: then
+    VACUUM ANALYZE awa_job (before a worker starts; not while one drains them)."""
     from awa_django.models import Job
 
     with connect() as conn:
@@ -414,7 +415,8 @@ def bulk(n: int) -> tuple[float, int, int]:
         count, low, high = conn.execute(
             "SELECT count(*), min(id), max(id) FROM awa_job_all WHERE id > %s AND queue = %s", [after, QUEUE]
         ).fetchone()
-        conn.execute("VACUUM ANALYZE awa_job")  # as floor.fill does before a drain
+        if vacuum:
+            conn.execute("VACUUM ANALYZE awa_job")  # as floor.fill does before a drain
     if count != n:
         raise SystemExit(f"enqueued {n} jobs, found {count}")
     return n / seconds, low, high
@@ -789,7 +791,7 @@ def prune_by_bench(n: int, prune: bool) -> PruneRun:
     from awa_django.worker import retention
 
     clean(empty=False)
-    _, low, high = bulk(n)
+    _, low, high = bulk(n, vacuum=False)  # as the leader's run must (its worker is running)
     worker = start_worker(QUEUE, PROBE_QUEUE)
     handler = Held()
     logging.getLogger("awa_django.worker.retention").addHandler(handler)
@@ -858,7 +860,7 @@ def prune_by_leader(n: int, drain_seconds: float) -> PruneRun:
             # The bulk enqueue itself takes about a second; the drain starts as it commits.
             start_at = expected - timedelta(seconds=drain_seconds / 3 + 1)
             time.sleep(max(0.0, (start_at - datetime.now(UTC)).total_seconds()))
-            _, low, high = bulk(n)
+            _, low, high = bulk(n, vacuum=False)  # the worker drains them already
             run = drained(conn, n, low, high, probes, worker)
             at, line = wait_for_line(log_path, "retention: dropped", 120, worker)
             (first,) = conn.execute(
