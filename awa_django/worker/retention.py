@@ -168,12 +168,16 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
     try:
         async with conn.transaction():
             await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-            # The default partition's rows of the range must leave it before the ATTACH checks
-            # it, and none may arrive meanwhile. The branch first: an insert that was routed to
-            # the default partition before the range existed, and then waited for the default's
-            # lock, would fail the partition constraint once the range is attached; with the
-            # branch locked, inserts wait before their routing, and go to the new partition.
-            await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(table))
+            # The branch first, ACCESS EXCLUSIVE (for milliseconds, or given up at the timeout):
+            # - an insert routed to the default partition before the range existed, that then
+            #   waited for the default's lock, would fail the partition constraint once the range
+            #   is attached: with the branch locked, inserts wait before their routing;
+            # - a reader plans with the partitions it sees (ATTACH alone lets readers go on), then
+            #   takes its snapshot: planned before this commits and reading after, it would scan
+            #   the default without the rows moved out of it, and not the new partition holding
+            #   them, nor the jobs finished into it since (a fresh-clone CI run saw a completed
+            #   job not found by id). With the branch locked, readers plan after the commit.
+            await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
             await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(default))
             cursor = await conn.execute(
                 sql.SQL(
