@@ -124,3 +124,16 @@ def fresh_job_table() -> None:
     PostgreSQL 15 once took an index of other states."""
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE awa_job CASCADE")
+
+
+def drop_range_partitions() -> None:
+    """Drop every range partition of awa_job_done (finished rows go to the DEFAULT partitions until
+    a leader creates them again). Range partitions outlive a test: earlier tests' leaders make them
+    with the widths of their retentions, and a job is kept up to its retention plus the width of the
+    partition it lands in, so a retention test starts with none."""
+    from awa_django.sql import statements
+
+    with connection.cursor() as cursor:
+        cursor.execute(statements["list_job_partitions"])
+        for _branch, name, _lower, _upper in cursor.fetchall():
+            cursor.execute(f'DROP TABLE "{name}"')  # a partition's name, read from the catalog

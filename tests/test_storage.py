@@ -28,7 +28,7 @@ from awa_django.sql import statements
 from awa_django.worker import retention
 from awa_django.worker.db import connect
 from awa_django.worker.retention import AHEAD, WIDTHS, Partition, floor_to, plan_creates, plan_drops, width_for
-from tests.harness import make_config
+from tests.harness import drop_range_partitions, make_config
 
 FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 
@@ -264,11 +264,7 @@ def run(coroutine_function: Any, *args: Any) -> Any:
 @pytest.fixture
 def no_partitions(transactional_db: None) -> None:
     """Start with the DEFAULT partitions only (leaders of earlier tests in this database made some)."""
-    partitions = run(retention.list_partitions)
-    with connection.cursor() as cursor:
-        for found in partitions.values():
-            for partition in found:
-                cursor.execute(f'DROP TABLE "{partition.name}"')
+    drop_range_partitions()
 
 
 @pytest.mark.usefixtures("no_partitions")
