@@ -97,8 +97,9 @@ def test_shutdown_race__handlers_returning_as_the_timeout_falls__none_handed_bac
         {QUEUE: QueueConfig(QUEUE, max_workers=JOBS)}, shutdown_timeout=SHUTDOWN_TIMEOUT, sync_threads=JOBS
     )
     supervisor_log = logging.getLogger("awa_django.worker.supervisor")
+    level = supervisor_log.level
     supervisor_log.addHandler(drain)
-    supervisor_log.setLevel(logging.INFO)  # restored after the test (tests/conftest.py)
+    supervisor_log.setLevel(logging.INFO)  # put back below: a level left set changes later tests' -v
     Job.objects.enqueue_many([{"kind": kind, "queue": QUEUE} for _ in range(JOBS)])
     try:
         with running_worker(config, _registry(drain, returns)):
@@ -106,6 +107,7 @@ def test_shutdown_race__handlers_returning_as_the_timeout_falls__none_handed_bac
             # leaving the block stops the worker (one signal): drain, then hand back what still runs
     finally:
         supervisor_log.removeHandler(drain)
+        supervisor_log.setLevel(level)
         drain.in_threads.set()  # a worker that failed before its drain leaves no thread waiting
 
     rows = {job.pk: job for job in Job.objects.filter(queue=QUEUE)}
