@@ -85,7 +85,7 @@ def fill(n: int, kind: str = "noop", args: dict[str, Any] | None = None) -> None
 
     spec = {"kind": kind, "queue": QUEUE, **({"args": args} if args else {})}
     with connect() as conn:
-        conn.execute("TRUNCATE awa_job")
+        conn.execute("TRUNCATE awa_job, awa_job_done")
         conn.execute("VACUUM ANALYZE awa_job")
     batch = 10_000
     for start in range(0, n, batch):
@@ -100,7 +100,7 @@ def span_seconds(n: int) -> float:
     with connect() as conn:
         done, once, span = conn.execute(
             "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE attempt = 1), "
-            "extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job"
+            "extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job_all"
         ).fetchone()
     if done != n or once != n:
         raise SystemExit(f"expected {n} jobs completed once, found {done} completed and {once} with attempt 1")
@@ -168,7 +168,10 @@ def floor_once(n: int, connections: int, batch: int) -> float:
 
 
 def updates(conn: Any) -> int:
-    (count,) = conn.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'awa_job'").fetchone()
+    # A claim updates the hot row, a completion deletes it (migration 0023 moves it to awa_job_done).
+    (count,) = conn.execute(
+        "SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = 'awa_job'"
+    ).fetchone()
     return int(count)
 
 
@@ -222,15 +225,15 @@ def worker_once(
                 moved = updates(conn) - before
                 if mark is None and moved >= 0.2 * n:
                     cpu = cpu_seconds(proc.pid)
-                    (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
+                    (done,) = conn.execute("SELECT count(*) FROM awa_job_all WHERE state = 'completed'").fetchone()
                     mark = (cpu, int(done))
                 if moved >= 2 * n:
-                    (done,) = conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()
+                    (done,) = conn.execute("SELECT count(*) FROM awa_job_all WHERE state = 'completed'").fetchone()
                     if done >= n:
                         break
                 time.sleep(0.2)
             cpu = cpu_seconds(proc.pid)
-            (last,) = conn.execute("SELECT extract(epoch FROM max(finalized_at)) FROM awa_job").fetchone()
+            (last,) = conn.execute("SELECT extract(epoch FROM max(finalized_at)) FROM awa_job_all").fetchone()
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

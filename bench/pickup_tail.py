@@ -35,7 +35,7 @@ def run_once(toggles: str, samples: int) -> list[float]:
     from awa_django.models import Job
 
     with floor.connect() as conn:
-        conn.execute("TRUNCATE awa_job")
+        conn.execute("TRUNCATE awa_job, awa_job_done")
     env = dict(os.environ, PYTHONPATH=str(ROOT), AWA_TOGGLES=toggles)
     with open(floor.WORKER_LOG, "ab") as log:
         proc = subprocess.Popen(
@@ -56,11 +56,11 @@ def run_once(toggles: str, samples: int) -> list[float]:
             for _ in range(3):  # warm-up: the worker is up and listening once these are done
                 Job.objects.enqueue("noop", queue=floor.QUEUE)
             deadline = time.monotonic() + 60
-            while conn.execute("SELECT count(*) FROM awa_job WHERE state = 'completed'").fetchone()[0] < 3:
+            while conn.execute("SELECT count(*) FROM awa_job_all WHERE state = 'completed'").fetchone()[0] < 3:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit(f"the worker did not start; see {floor.WORKER_LOG}")
                 time.sleep(0.05)
-            conn.execute("TRUNCATE awa_job")
+            conn.execute("TRUNCATE awa_job, awa_job_done")
             for _ in range(samples):
                 time.sleep(random.uniform(0.02, 0.06))
                 Job.objects.enqueue("noop", queue=floor.QUEUE)
@@ -69,7 +69,7 @@ def run_once(toggles: str, samples: int) -> list[float]:
                 if time.monotonic() > deadline:
                     raise SystemExit("jobs left unclaimed")
                 time.sleep(0.05)
-            rows = conn.execute("SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job").fetchall()
+            rows = conn.execute("SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all").fetchall()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
