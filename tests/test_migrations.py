@@ -39,6 +39,7 @@ PARTIAL_INDEXES = {
     ),
 }
 
+
 def index_definitions(table: str) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
