@@ -1,16 +1,20 @@
 """The package's import graph, read from the source with ``ast`` (nothing is executed), and the
 circles in it: one detector for the package-wide test (tests/test_import_graph.py) and the
-worker's stricter one (tests/worker/test_import_graph.py).
+worker's (tests/worker/test_import_graph.py).
 
-Every import statement counts, also one inside a function (it still runs, later); one under
-``if TYPE_CHECKING:`` counts only when asked (``type_checking=True``): it never runs, but the
-worker's parts must not even name the supervisor there.
+Every import statement of the package's own modules counts, wherever it sits: at the top of a
+module, inside a function (it still runs, later) or under ``if TYPE_CHECKING:`` (it never runs,
+but a module that names another in its annotations depends on it all the same, and a circle
+closed only there is a circle the layering hides). ``import_sites`` says which kind each one is.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import awa_django
 
@@ -43,31 +47,54 @@ def _imported(node: ast.AST, importer: str, is_package: bool, known: set[str]) -
     return {name for name in found if name in known}
 
 
+ImportKind = Literal["module", "function", "type_checking"]
+
+
+@dataclass(frozen=True)
+class ImportSite:
+    """One import statement of the package's own modules: where it is, what it names, and how it
+    runs (at import, inside a function, or never: under ``if TYPE_CHECKING:``)."""
+
+    module: str
+    line: int
+    imported: frozenset[str]
+    kind: ImportKind
+
+
+def _inside(blocks: list[ast.AST]) -> set[int]:
+    """The ids of every node inside these blocks."""
+    return {id(node) for block in blocks for node in ast.walk(block)}
+
+
+def import_sites(root: Path = PACKAGE_DIR) -> Iterator[ImportSite]:
+    """Every import statement in ``root``'s modules (migrations left out) that names one of them."""
+    paths = {_module_name(path, root): path for path in root.rglob("*.py") if "migrations" not in path.parts}
+    known = set(paths)
+    for name, path in sorted(paths.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        blocks = list(ast.walk(tree))
+        type_checking = _inside([b for b in blocks if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)])
+        in_function = _inside([b for b in blocks if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)])
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            imported = _imported(node, name, is_package, known) - {name}
+            if not imported:
+                continue
+            kind: ImportKind = (
+                "type_checking" if id(node) in type_checking else "function" if id(node) in in_function else "module"
+            )
+            yield ImportSite(name, getattr(node, "lineno", 0), frozenset(imported), kind)
+
+
 def import_graph(root: Path = PACKAGE_DIR, *, type_checking: bool = True) -> dict[str, set[str]]:
     """{module: the package's modules it imports anywhere in its source} (migrations left out);
     ``type_checking=False`` leaves out the imports under ``if TYPE_CHECKING:``."""
-    paths = {_module_name(path, root): path for path in root.rglob("*.py") if "migrations" not in path.parts}
-    known = set(paths)
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        skipped = (
-            set()
-            if type_checking
-            else {
-                id(node)
-                for block in ast.walk(tree)
-                if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                for node in ast.walk(block)
-            }
-        )
-        is_package = path.name == "__init__.py"
-        edges: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) not in skipped:
-                edges |= _imported(node, name, is_package, known)
-        edges.discard(name)
-        graph[name] = edges
+    graph: dict[str, set[str]] = {
+        _module_name(path, root): set() for path in root.rglob("*.py") if "migrations" not in path.parts
+    }
+    for site in import_sites(root):
+        if type_checking or site.kind != "type_checking":
+            graph[site.module] |= site.imported
     return graph
 
 
