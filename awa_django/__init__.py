@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from awa_django.context import JobContext
     from awa_django.exceptions import (
         AwaError,
         Cancel,
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     )
     from awa_django.registry import JobCall, JobHandler, job, schedule
     from awa_django.retry import Backoff, RuleError
-    from awa_django.worker.context import JobContext
 
 # Each public name and the module that defines it.
 _PUBLIC = {
@@ -38,7 +38,7 @@ _PUBLIC = {
     "Snooze": "awa_django.exceptions",
     "TerminalError": "awa_django.exceptions",
     "UniqueJobConflictError": "awa_django.exceptions",
-    "JobContext": "awa_django.worker.context",
+    "JobContext": "awa_django.context",
     "JobHandler": "awa_django.registry",
     "job": "awa_django.registry",
     "schedule": "awa_django.registry",

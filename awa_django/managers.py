@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Self, TypeVar
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -31,6 +31,7 @@ from awa_django.defaults import (
     QUEUE_DEFAULT,
 )
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
+from awa_django.handlers import registry
 from awa_django.jobspec import (
     ACTIVE_STATES,
     ALL_STATES,
@@ -47,13 +48,13 @@ from awa_django.jobspec import (
 )
 from awa_django.notices import notices
 from awa_django.observability import tracing
-from awa_django.registry import registry
 from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, brief, storable_json, to_json
 
-if TYPE_CHECKING:
-    from awa_django.models import Job
+_Job = TypeVar("_Job", bound=models.Model)
+"""The model these are the queryset and manager of (``awa_django.models.Job``, which attaches them):
+a type parameter, so that this module, which the models import, does not import the models."""
 
 UNIQUE_CONSTRAINT = "awa_job_unique_key_uniq"
 COPY_BATCH_SIZE = 10_000
@@ -310,42 +311,42 @@ class _Bulk:
         return defaults
 
 
-class JobQuerySet(models.QuerySet["Job"]):
+class JobQuerySet(models.QuerySet[_Job]):
     """Query helpers named after the job states."""
 
-    def waiting(self) -> JobQuerySet:
+    def waiting(self) -> Self:
         return self.filter(state=JobState.WAITING)
 
-    def scheduled(self) -> JobQuerySet:
+    def scheduled(self) -> Self:
         return self.filter(state=JobState.SCHEDULED)
 
-    def available(self) -> JobQuerySet:
+    def available(self) -> Self:
         return self.filter(state=JobState.AVAILABLE)
 
-    def running(self) -> JobQuerySet:
+    def running(self) -> Self:
         return self.filter(state=JobState.RUNNING)
 
-    def completed(self) -> JobQuerySet:
+    def completed(self) -> Self:
         return self.filter(state=JobState.COMPLETED)
 
-    def retryable(self) -> JobQuerySet:
+    def retryable(self) -> Self:
         return self.filter(state=JobState.RETRYABLE)
 
-    def failed(self) -> JobQuerySet:
+    def failed(self) -> Self:
         return self.filter(state=JobState.FAILED)
 
-    def cancelled(self) -> JobQuerySet:
+    def cancelled(self) -> Self:
         return self.filter(state=JobState.CANCELLED)
 
-    def finished(self) -> JobQuerySet:
+    def finished(self) -> Self:
         return self.filter(state__in=[JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED])
 
-    def stale(self, older_than: timedelta) -> JobQuerySet:
+    def stale(self, older_than: timedelta) -> Self:
         """Running jobs whose last heartbeat is older than ``older_than``."""
         return self.running().filter(heartbeat_at__lt=timezone.now() - older_than)
 
 
-class JobManager(models.Manager["Job"]):
+class JobManager(models.Manager[_Job]):
     """``Job.objects``: the enqueue API."""
 
     def _alias(self) -> str:
@@ -364,7 +365,7 @@ class JobManager(models.Manager["Job"]):
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
         fair_key: str | None = None,
-    ) -> Job:
+    ) -> _Job:
         """Insert one job in the caller's transaction and return it.
 
         ``queue``, ``priority`` and ``max_attempts`` left out (or None) are the kind's ``@job``
@@ -407,7 +408,7 @@ class JobManager(models.Manager["Job"]):
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
         fair_key: str | None = None,
         head_start: timedelta = timedelta(0),
-    ) -> Job:
+    ) -> _Job:
         """``enqueue``, where a job with no ``run_at`` is due ``head_start`` (>= 0) before the
         database's now(): ahead of its lane's jobs enqueued up to that much earlier (the Tasks
         backend's priority inside a lane). The INSERT computes it, so the database's clock decides
@@ -465,7 +466,7 @@ class JobManager(models.Manager["Job"]):
             timeout=defaults.timeout,
         )
 
-    def _inserted(self, alias: str, values: dict[str, Any], **database: Any) -> Job:
+    def _inserted(self, alias: str, values: dict[str, Any], **database: Any) -> _Job:
         """A row insert_job just wrote, as the model instance loaded from it: the spec's values,
         what the database decided (``database``: id, state, run_at, created_at) and the model's
         defaults for every other field, which are what a new row holds (insert_job writes them)."""
@@ -488,7 +489,7 @@ class JobManager(models.Manager["Job"]):
         tags: Sequence[str] | None = None,
         unique: bool | Mapping[str, Any] | UniqueOptions | None = None,
         fair_key: str | None = None,
-    ) -> Job:
+    ) -> _Job:
         """``enqueue`` for async code (runs on Django's connection in the sync thread)."""
         return await sync_to_async(self.enqueue)(
             kind,

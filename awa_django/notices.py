@@ -57,7 +57,7 @@ class EnqueueNotices:
                 self._check_queue(alias, queue)
 
     def _check_kind(self, kind: str) -> None:
-        from awa_django.registry import registry
+        from awa_django.handlers import registry
 
         handler = registry.get(kind)  # a @job handler, or a resolver's (a Tasks framework @task)
         if handler is not None and not getattr(handler.func, "awa_unresolved", False):

@@ -114,8 +114,8 @@ def span_rate(n: int) -> float:
 
 def floor_once(n: int, connections: int, batch: int) -> float:
     """Drain the n jobs with claim_jobs + complete_jobs alone; the span rate."""
+    from awa_django.context import ClaimedJob, claimed_job_row
     from awa_django.sql import statements
-    from awa_django.worker.context import ClaimedJob, claimed_job_row
     from awa_django.worker.lanes import LaneCursors
 
     claim, complete = statements["claim_jobs"], statements["complete_jobs"]

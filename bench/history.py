@@ -557,8 +557,8 @@ def floor_drain(n: int, low: int, high: int, batch: int = 32) -> float:
     """Drain the n jobs with the worker's claim_jobs and complete_jobs alone, one connection, a
     claim of ``batch`` then its completion, the lane cursors kept as a dispatcher keeps them (no
     worker, no leader, no handler): the hot path's SQL, the same span rate."""
+    from awa_django.context import claimed_job_row
     from awa_django.sql import statements
-    from awa_django.worker.context import claimed_job_row
     from awa_django.worker.lanes import LaneCursors
 
     lanes = LaneCursors()

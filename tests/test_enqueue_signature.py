@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from awa_django.exceptions import InvalidJobError, InvalidScheduleError
 from awa_django.models import Job
 from awa_django.registry import JobHandler, RegistryError, job, registry, schedule
+from awa_django.schedules import schedules
 
 KIND = "test_sig_welcome"
 SIGNATURE = "send_welcome(user_id: int, note: str = '') -> None"
@@ -31,7 +32,7 @@ def handler() -> Iterator[JobHandler]:
         yield send_welcome
     finally:
         registry.unregister(KIND)
-        registry.remove_schedule("test_sig_schedule")
+        schedules.remove("test_sig_schedule")
 
 
 def refused(raised: pytest.ExceptionInfo[InvalidJobError], *names: str) -> None:
@@ -257,7 +258,7 @@ def test_schedule__declared_before_its_handler__checked_when_the_handler_registe
             def late(user_id: int) -> None:
                 return None
     finally:
-        registry.remove_schedule("test_sig_schedule")
+        schedules.remove("test_sig_schedule")
         registry.unregister("test_sig_late")
 
 

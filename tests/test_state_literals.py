@@ -29,11 +29,11 @@ NOT_STATES = {
         "QueueCapacity.from_snapshot",
         "available",
     ): "a capacity snapshot's free permits",
-    ("awa_django/worker/snapshot.py", "QueueSnapshot.to_json", "available"): "a queue snapshot's free permits",
+    ("awa_django/snapshot.py", "QueueSnapshot.to_json", "available"): "a queue snapshot's free permits",
     ("awa_django/observability/summary.py", "ALWAYS", "completed"): "an outcome label of the metrics (OUTCOMES)",
     ("awa_django/observability/summary.py", "ALWAYS", "failed"): "an outcome label of the metrics (OUTCOMES)",
     ("awa_django/observability/summary.py", "SOMETIMES", "cancelled"): "an outcome label of the metrics (OUTCOMES)",
-    ("awa_django/worker/snapshot.py", "QueueSnapshot.from_json", "available"): "a queue snapshot's free permits",
+    ("awa_django/snapshot.py", "QueueSnapshot.from_json", "available"): "a queue snapshot's free permits",
     ("awa_django/services/stats.py", "throughput", "completed"): "a HistoryMinute column: the minute's completed count",
     ("awa_django/services/stats.py", "throughput", "failed"): "a HistoryMinute column: the minute's failed count",
 }

@@ -20,10 +20,10 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from awa_django.context import ATOMIC_ENTRY_KEY
 from awa_django.models import Job, JobState
 from awa_django.registry import registry
 from awa_django.services.stats import format_age
-from awa_django.worker.atomic import ATOMIC_ENTRY_KEY
 
 TIME_FORMAT = "Y-m-d H:i:s T"
 

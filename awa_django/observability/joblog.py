@@ -23,8 +23,8 @@ from awa_django.observability.sink import STATE_OUTCOMES, UNREGISTERED_KIND, Met
 from awa_django.states import JobState
 
 if TYPE_CHECKING:
+    from awa_django.context import ClaimedJob, Outcome
     from awa_django.registry import Registry
-    from awa_django.worker.context import ClaimedJob, Outcome
 
 logger = logging.getLogger("awa_django.jobs")
 

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from awa_django.snapshot import WorkerFlags
 from awa_django.sql import statements
-from awa_django.worker.snapshot import WorkerFlags
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ except ImportError:  # the otel extra is not installed: propagation is off, at n
     _trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from awa_django.worker.context import ClaimedJob, Outcome
+    from awa_django.context import ClaimedJob, Outcome
 
 TRACEPARENT = "traceparent"
 _propagator = TraceContextTextMapPropagator() if _trace is not None else None

@@ -1,5 +1,5 @@
 """The live workers and their capacity, read from the snapshot rows they write
-(``awa_django.worker.snapshot``), and capacity scope "cluster" at a glance: what the dashboard,
+(``awa_django.snapshot``), and capacity scope "cluster" at a glance: what the dashboard,
 the queue overview, the queue form and ``awa_health`` show about workers."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from awa_django.conf import awa_settings
 from awa_django.defaults import MAX_WORKERS_DEFAULT
 from awa_django.models import ClusterSettings, Queue, WorkerCapacity, WorkerInstance
 from awa_django.services.db import database_alias
-from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags
+from awa_django.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class QueueCapacity:
 
 def capacities_by_queue(workers: Sequence[WorkerInstance]) -> dict[str, list[QueueCapacity]]:
     """{queue: each live worker's capacity for it}, read from the snapshot rows with the schema
-    the worker writes them in (``awa_django.worker.snapshot``). An entry that does not follow it
+    the worker writes them in (``awa_django.snapshot``). An entry that does not follow it
     is left out and logged, naming the worker, the queue and what is wrong."""
     by_queue: dict[str, list[QueueCapacity]] = {}
     scopes = {worker.pk: worker_scope(worker) for worker in workers}

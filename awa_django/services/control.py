@@ -20,8 +20,8 @@ from awa_django.exceptions import WorkerRequestError
 from awa_django.models import WorkerAction, WorkerInstance, WorkerRequest
 from awa_django.services.cluster import default_stale_after
 from awa_django.services.db import database_alias, notify
+from awa_django.snapshot import SnapshotFormatError, WorkerFlags
 from awa_django.sql import QUEUES_CHANNEL, statements
-from awa_django.worker.snapshot import SnapshotFormatError, WorkerFlags
 
 
 def pending_requests(worker: WorkerInstance) -> list[WorkerRequest]:

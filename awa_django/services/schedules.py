@@ -19,7 +19,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
+from awa_django.cron import parse
 from awa_django.models import Job, Schedule, ScheduleSource
+from awa_django.schedules import ScheduleSpec, schedules
 from awa_django.services.db import database_alias
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,6 @@ def next_fire_after(schedule: Schedule, after: datetime | None = None, count: in
 
     Raises InvalidScheduleError (naming the schedule) if its cron or time zone is invalid.
     """
-    from awa_django.cron import parse
-
     spec = parse(schedule.cron, schedule.timezone, name=schedule.name)
     moment = after or timezone.now()
     times: list[datetime] = []
@@ -76,9 +76,7 @@ def sync_schedules(specs: Sequence[Any] | None = None, now: datetime | None = No
     deleted; declaring it again re-enables it from now. Admin-created schedules are left alone,
     unless code declares one of the same name, which then becomes code's.
     """
-    from awa_django.registry import ScheduleSpec, registry
-
-    declared: list[ScheduleSpec] = list(registry.schedules() if specs is None else specs)
+    declared: list[ScheduleSpec] = list(schedules if specs is None else specs)
     now = now or timezone.now()
     alias = database_alias()
     result = ScheduleSync()

@@ -11,12 +11,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
+from awa_django.context import ClaimedJob, Outcome
 from awa_django.exceptions import AwaError
 from awa_django.inline import JobRun, database_now
+from awa_django.inline.attempt import claim, run_claimed, write_outcome
 from awa_django.states import JobState
-from awa_django.worker.context import ClaimedJob, Outcome
 from awa_django.worker.executor import error_entry
-from awa_django.worker.inline import claim, run_claimed, write_outcome
 
 MAX_RUNS = 1000
 """Attempts one ``run_jobs()`` without ``limit`` runs at most before it calls the jobs runaway."""

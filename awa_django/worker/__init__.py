@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from awa_django.worker.context import JobContext
+from awa_django.context import JobContext
 
 if TYPE_CHECKING:
     from awa_django.worker.config import QueueConfig, WorkerConfig, build_config

@@ -34,16 +34,13 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from awa_django.context import ATOMIC_ENTRY_KEY as ATOMIC_ENTRY_KEY
+from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.sql import statements
 from awa_django.states import JobState
-from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.worker.writes import Written, outcome_writes
 
 logger = logging.getLogger(__name__)
-
-ATOMIC_ENTRY_KEY = "atomic"
-"""The key an atomic attempt's error entry carries (True): the attempt ran in a transaction, and
-its writes were rolled back. The job page shows it."""
 
 
 class RolledBackError(RuntimeError):
@@ -120,7 +117,7 @@ def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str |
     connection ``alias``, in whatever transaction it has open, with the statements the worker's batch
     writer would run for it (``writes.outcome_writes``); False if the (id, running, run_lease) guard
     refused it. The one writer of outcomes on a Django connection: atomic attempts here, in-process
-    execution (``awa_django.worker.inline``) for every other outcome.
+    execution (``awa_django.inline.attempt``) for every other outcome.
 
     No pipeline: psycopg's pipeline mode, which would send BEGIN with the statement when the handler
     ran none, measured no better here (bench/README.md, "Atomic handlers")."""

@@ -18,12 +18,12 @@ import logging
 import time
 
 from awa_django.concurrency import Permit
+from awa_django.context import ClaimedJob, InFlight, JobContext
 from awa_django.observability import tracing
 from awa_django.observability.joblog import report_outcome
 from awa_django.observability.sink import MetricsSink
 from awa_django.registry import Registry
 from awa_django.worker.completer import Completer
-from awa_django.worker.context import ClaimedJob, InFlight, JobContext
 from awa_django.worker.executor import Executor
 from awa_django.worker.stop import Stop
 

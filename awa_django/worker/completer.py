@@ -49,14 +49,14 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit, release_all
+from awa_django.context import ClaimedJob, ClaimRows, Outcome
 from awa_django.observability.joblog import log_job
 from awa_django.observability.sink import REFUSALS
 from awa_django.sql import statements
 from awa_django.states import JobState
-from awa_django.worker.context import ClaimedJob, ClaimRows, Outcome
+from awa_django.storable import escape_text
 from awa_django.worker.db import retrying
 from awa_django.worker.keyed import freed_keys
-from awa_django.worker.storable import escape_text
 from awa_django.worker.writes import outcome_writes
 
 logger = logging.getLogger(__name__)

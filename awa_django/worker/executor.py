@@ -36,14 +36,15 @@ from typing import Any
 from django.db import close_old_connections
 
 from awa_django.conf import awa_settings
+from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
-from awa_django.registry import JobHandler, Registry
+from awa_django.handlers import Handler as JobHandler  # what the registry holds: a kind's function and rules
+from awa_django.handlers import Registry
 from awa_django.retry import DEFAULT_BACKOFF, DEFAULT_POLICY
 from awa_django.states import JobState
+from awa_django.storable import escape_json, find_problem
 from awa_django.validation import UnstorableValueError, storable_json
 from awa_django.worker.atomic import ATOMIC_ENTRY_KEY, run_atomic
-from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext, Outcome
-from awa_django.worker.storable import escape_json, find_problem
 
 MAX_BACKOFF = DEFAULT_BACKOFF.cap
 TRACEBACK_LIMIT = 20_000

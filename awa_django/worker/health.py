@@ -2,7 +2,7 @@
 
 Per queue, its capacity (HardReserved / Weighted), in-flight and available permits, whether it is
 paused and how many rows wait in the database; beside them the worker's flags (listening, leader,
-stopping, …). The shape is ``awa_django.worker.snapshot``'s, the one the admin and ``awa_health``
+stopping, …). The shape is ``awa_django.snapshot``'s, the one the admin and ``awa_health``
 read. A failed write is logged and tried again next interval; the row of a worker that stopped
 writing goes stale and its readers stop counting it live.
 """
@@ -20,11 +20,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_django import defaults
+from awa_django.snapshot import QueueSnapshot, WorkerFlags, queues_to_json
 from awa_django.sql import statements
 from awa_django.worker.completer import WRITE_ERRORS
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.runtime import Runtime
-from awa_django.worker.snapshot import QueueSnapshot, WorkerFlags, queues_to_json
 
 logger = logging.getLogger(__name__)
 

@@ -83,8 +83,8 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django.concurrency import Permit
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import KeyShares
+from awa_django.context import ClaimedJob, claimed_job_row
 from awa_django.sql import FREED_KEYS_CHANNEL, statements
-from awa_django.worker.context import ClaimedJob, claimed_job_row
 from awa_django.worker.lanes import LaneCursors
 
 logger = logging.getLogger(__name__)

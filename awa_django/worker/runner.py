@@ -50,10 +50,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
+from awa_django.context import ClaimedJob, ClaimRows
 from awa_django.sql import statements
 from awa_django.worker.completer import HandOverClaim
 from awa_django.worker.config import QueueConfig, WorkerConfig
-from awa_django.worker.context import ClaimedJob, ClaimRows
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
 from awa_django.worker.keyed import (
     KeyedClaims,

@@ -45,15 +45,16 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator
+from awa_django.context import InFlight
 from awa_django.observability.sink import MetricsSink, NoopSink, gauge_reader
 from awa_django.registry import Registry
 from awa_django.registry import registry as default_registry
+from awa_django.snapshot import WorkerFlags, queues_to_json
 from awa_django.sql import statements
 from awa_django.worker.attempts import Attempts
 from awa_django.worker.capacity import ClusterMember
 from awa_django.worker.completer import WRITE_ERRORS, Completer
 from awa_django.worker.config import WorkerConfig
-from awa_django.worker.context import InFlight
 from awa_django.worker.control import Control
 from awa_django.worker.db import make_pool, retrying
 from awa_django.worker.executor import Executor
@@ -65,7 +66,6 @@ from awa_django.worker.maintenance import Maintenance
 from awa_django.worker.reconfigure import Reconfigurer
 from awa_django.worker.runner import Runners
 from awa_django.worker.runtime import Identity, Runtime
-from awa_django.worker.snapshot import WorkerFlags, queues_to_json
 from awa_django.worker.stop import Stop
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from awa_django.worker.context import ClaimedJob, Outcome
-from awa_django.worker.storable import escape_json
+from awa_django.context import ClaimedJob, Outcome
+from awa_django.storable import escape_json
 
 
 class Finished(Protocol):

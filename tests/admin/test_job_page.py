@@ -19,10 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from awa_django.admin.timeline import shown_duration, shown_time
+from awa_django.context import JobContext
 from awa_django.models import Job, WorkerInstance
 from awa_django.registry import JobHandler, Registry
 from awa_django.services.stats import format_age
-from awa_django.worker.context import JobContext
 from tests.factories import JobFactory
 from tests.harness import make_config, running_worker, wait_until
 

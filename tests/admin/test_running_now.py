@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from awa_django.context import JobContext
 from awa_django.models import Job, WorkerInstance
 from awa_django.registry import JobHandler, Registry
-from awa_django.worker.context import JobContext
 from tests.admin.conftest import client_for
 from tests.factories import JobFactory
 from tests.harness import make_config, running_worker, wait_until

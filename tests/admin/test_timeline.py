@@ -10,11 +10,11 @@ import pytest
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from awa_django.context import JobContext
 from awa_django.models import Job, WorkerInstance
 from awa_django.registry import JobHandler, Registry
 from awa_django.retry import policy
 from awa_django.services.jobs import cancel_jobs
-from awa_django.worker.context import JobContext
 from tests.harness import make_config, running_worker, wait_until
 
 QUEUE = "timeline"

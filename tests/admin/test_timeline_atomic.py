@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from awa_django.admin.timeline import attempt_timeline, attempts_of
+from awa_django.context import ATOMIC_ENTRY_KEY
 from awa_django.models import Job
 from awa_django.registry import JobHandler, registry
-from awa_django.worker.atomic import ATOMIC_ENTRY_KEY
 
 KIND = "admin.atomic_charge"
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from awa_django.exceptions import WorkerRequestError
 from awa_django.models import WorkerInstance, WorkerRequest
 from awa_django.services.control import request_drain, request_hold, request_resume
-from awa_django.worker.snapshot import WorkerFlags
+from awa_django.snapshot import WorkerFlags
 from tests.admin.conftest import client_for, messages_of
 
 pytestmark = pytest.mark.django_db

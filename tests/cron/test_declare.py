@@ -10,6 +10,7 @@ import pytest
 from awa_django.exceptions import InvalidScheduleError
 from awa_django.models import Schedule, ScheduleSource
 from awa_django.registry import Registry, RegistryError, ScheduleSpec, job, registry, schedule
+from awa_django.schedules import schedules
 from awa_django.services.schedules import sync_schedules
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -19,13 +20,13 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 def clean_registry() -> Iterator[Registry]:
     """The global registry, with whatever a test declares in it removed afterwards."""
     before_kinds = {h.kind for h in registry}
-    before_schedules = {s.name for s in registry.schedules()}
+    before_schedules = {s.name for s in schedules}
     try:
         yield registry
     finally:
-        for spec in registry.schedules():
+        for spec in schedules:
             if spec.name not in before_schedules:
-                registry.remove_schedule(spec.name)
+                schedules.remove(spec.name)
         for handler in registry:
             if handler.kind not in before_kinds:
                 registry.unregister(handler.kind)
@@ -35,7 +36,7 @@ def test_job_with_cron__declares_a_schedule_named_after_the_kind(clean_registry:
     @job("nightly_report_t", cron="0 3 * * *", timezone="Europe/Paris", args={"format": "pdf"}, queue="reports")
     def nightly_report(format: str) -> None: ...
 
-    (spec,) = [s for s in clean_registry.schedules() if s.name == "nightly_report_t"]
+    (spec,) = [s for s in schedules if s.name == "nightly_report_t"]
     assert spec == ScheduleSpec(
         "nightly_report_t", "nightly_report_t", "0 3 * * *", "Europe/Paris", {"format": "pdf"}, "reports"
     )
@@ -47,7 +48,7 @@ def test_schedule__several_schedules_of_one_kind_take_the_kinds_options(clean_re
 
     schedule("export_eu", export, "0 1 * * *", timezone="Europe/Berlin", args={"region": "eu"})
     schedule("export_us", "export_t", "0 1 * * *", timezone="America/Chicago", args={"region": "us"}, missed="catch_up")
-    specs = {s.name: s for s in clean_registry.schedules()}
+    specs = {s.name: s for s in schedules}
     assert (specs["export_eu"].queue, specs["export_eu"].priority, specs["export_eu"].max_attempts) == ("exports", 3, 4)
     assert specs["export_us"].missed == "catch_up"
     assert specs["export_us"].args == {"region": "us"}
@@ -70,7 +71,7 @@ def test_job_with_a_bad_schedule__is_refused_naming_it(
         job("bad_schedule_t", **kwargs)  # type: ignore[arg-type]
     assert "schedule 'bad_schedule_t'" in str(info.value)
     assert words in str(info.value)
-    assert "bad_schedule_t" not in {s.name for s in clean_registry.schedules()}
+    assert "bad_schedule_t" not in {s.name for s in schedules}
 
 
 def test_schedule__same_name_twice_with_another_cron_is_refused(clean_registry: Registry) -> None:

@@ -16,6 +16,7 @@ import pytest
 from awa_django.exceptions import InvalidScheduleError
 from awa_django.models import Job, Schedule
 from awa_django.registry import Registry, job, registry, schedule
+from awa_django.schedules import schedules
 from awa_django.services.schedules import run_schedules_now, sync_schedules
 from awa_django.worker.db import connection_kwargs
 from awa_django.worker.scheduler import Scheduler
@@ -37,8 +38,8 @@ def kinds() -> Iterator[Registry]:
     try:
         yield registry
     finally:
-        for name in [s.name for s in registry.schedules() if s.kind.startswith("test_fk_")]:
-            registry.remove_schedule(name)
+        for name in [s.name for s in schedules if s.kind.startswith("test_fk_")]:
+            schedules.remove(name)
         for kind in ("test_fk_tenant_report", "test_fk_keyless", "test_fk_broken_rule"):
             registry.unregister(kind)
 
@@ -103,7 +104,7 @@ def test_declared__a_key_of_its_own_is_synced_and_a_bad_one_refused(kinds: Regis
     with pytest.raises(InvalidScheduleError, match=r"schedule 'test_fk_bad'.*fair_key='a\\x00b'.*NUL"):
         schedule("test_fk_bad", "test_fk_keyless", "0 3 * * *", args={"tenant_id": 1}, fair_key="a\x00b")
 
-    sync_schedules([s for s in registry.schedules() if s.name == "test_fk_nightly"])
+    sync_schedules([s for s in schedules if s.name == "test_fk_nightly"])
 
     assert Schedule.objects.get(name="test_fk_nightly").fair_key == "nightly"
 

@@ -29,9 +29,9 @@ from django.test import override_settings
 
 import awa_django
 from awa_django.conf import SETTINGS, InvalidSettingsError, awa_settings
+from awa_django.context import JobContext
 from awa_django.models import Job, Queue
 from awa_django.registry import JobHandler
-from awa_django.worker.context import JobContext
 from awa_django.workflows import Workflow
 from tests.docs.support import page
 

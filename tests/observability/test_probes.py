@@ -29,8 +29,8 @@ from awa_django.observability.probes import (
     Probes,
     expected_migrations,
 )
+from awa_django.snapshot import WorkerFlags
 from awa_django.worker.db import make_pool
-from awa_django.worker.snapshot import WorkerFlags
 from tests.harness import wait_until
 from tests.worker.support import Spawner
 

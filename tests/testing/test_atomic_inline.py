@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 from django.db import transaction
 
+from awa_django.context import ATOMIC_ENTRY_KEY
 from awa_django.models import Job
 from awa_django.registry import JobHandler, registry
 from awa_django.testing import run_jobs
 from awa_django.worker import JobContext
-from awa_django.worker.atomic import ATOMIC_ENTRY_KEY
 from testproject.demo.models import Execution
 from tests.testing import jobs
 

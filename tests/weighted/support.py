@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 from django.db import transaction
 
+from awa_django.context import JobContext
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
-from awa_django.worker.context import JobContext
 from awa_django.worker.supervisor import Worker
 from tests.conftest import connect_outside_django
 

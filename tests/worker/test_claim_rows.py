@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awa_django.worker.context import ClaimedJob, ClaimRows, claimed_job_row, column_names
+from awa_django.context import ClaimedJob, ClaimRows, claimed_job_row, column_names
 
 RUN_AT = datetime(2026, 12, 4, 8, 0, tzinfo=timezone.utc)
 # Each ClaimedJob field as a SQL expression and the value it decodes to.

@@ -12,7 +12,7 @@ import pytest
 
 from awa_django.models import Job, Queue, WorkerInstance, WorkerRequest
 from awa_django.services.control import request_drain, request_hold, request_resume
-from awa_django.worker.snapshot import WorkerFlags, queues_from_json
+from awa_django.snapshot import WorkerFlags, queues_from_json
 from tests.harness import wait_until
 from tests.worker.support import Spawner, state_counts
 

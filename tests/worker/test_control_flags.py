@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from awa_django.snapshot import SnapshotFormatError, WorkerFlags
 from awa_django.worker.config import QueueConfig
 from awa_django.worker.control import held_view, with_holds
-from awa_django.worker.snapshot import SnapshotFormatError, WorkerFlags
 
 BASE = {"listening": True, "leader": False, "stopping": False, "in_flight": 0, "sync_running": 0,
         "capacity_scope": "process"}  # fmt: skip

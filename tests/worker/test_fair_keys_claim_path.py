@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import water_fill
+from awa_django.context import ClaimedJob
 from awa_django.sql import FREED_KEYS_CHANNEL, statements
-from awa_django.worker.context import ClaimedJob
 from awa_django.worker.db import make_pool
 from awa_django.worker.keyed import KeyedClaims, parse_freed
 from awa_django.worker.lanes import LaneCursors

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from awa_django.worker.context import ClaimedJob
+from awa_django.context import ClaimedJob
 from awa_django.worker.lanes import LANES, LaneCursors
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

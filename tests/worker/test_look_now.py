@@ -24,10 +24,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from awa_django.context import ClaimedJob
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker import JobContext, QueueConfig, Worker, WorkerConfig
-from awa_django.worker.context import ClaimedJob
 from awa_django.worker.listener import BacklogProbe
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.support import Gates, gated_registry

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from awa_django.context import COMPLETED, ClaimedJob, Outcome
 from awa_django.models import Job
 from awa_django.states import JobState
+from awa_django.storable import UnstorableValueError, escape_text, to_json
 from awa_django.worker.completer import Completer
-from awa_django.worker.context import COMPLETED, ClaimedJob, Outcome
 from awa_django.worker.db import make_pool
-from awa_django.worker.storable import UnstorableValueError, escape_text, to_json
 from tests.harness import make_config, running_worker
 from tests.worker.support import Spawner, bring_forward, state_counts, wait_for_row
 

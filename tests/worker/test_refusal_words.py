@@ -14,12 +14,12 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
+from awa_django.context import COMPLETED, ClaimedJob, JobContext
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.services.jobs import cancel_jobs, discard_jobs
 from awa_django.sql import statements
 from awa_django.worker.completer import Completer
-from awa_django.worker.context import COMPLETED, ClaimedJob, JobContext
 from awa_django.worker.db import make_pool
 from tests.harness import make_config, running_worker, wait_until
 

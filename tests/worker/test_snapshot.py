@@ -1,6 +1,6 @@
 """One snapshot schema: what a real worker writes into its WorkerInstance row is what the admin's
 dashboard, ``awa_health`` and ``services.stats.queue_stats`` read back, through the same dataclasses
-(``awa_django.worker.snapshot``)."""
+(``awa_django.snapshot``)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from awa_django.concurrency import HardReserved, Weighted
 from awa_django.models import Job, Queue, WorkerInstance
 from awa_django.services.cluster import QueueCapacity, capacities_by_queue
 from awa_django.services.stats import queue_stats
+from awa_django.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags, queues_from_json
 from awa_django.worker import QueueConfig
-from awa_django.worker.snapshot import QueueSnapshot, SnapshotFormatError, WorkerFlags, queues_from_json
 from tests.harness import make_config, running_worker, wait_until
 from tests.weighted.support import BLOCK_KIND, Recorder, enqueue
 from tests.worker.support import Spawner

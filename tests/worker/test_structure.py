@@ -20,7 +20,12 @@ from tests.import_graph import PACKAGE_DIR
 WORKER_DIR = PACKAGE_DIR / "worker"
 RUNNER = WORKER_DIR / "runner.py"
 # Where a claimed row becomes a job, an outcome becomes a write, or the leader reads its rows.
-DECODING_MODULES = [*sorted(WORKER_DIR.glob("*.py")), PACKAGE_DIR / "inline.py", PACKAGE_DIR / "testing" / "runner.py"]
+DECODING_MODULES = [
+    *sorted(WORKER_DIR.glob("*.py")),
+    PACKAGE_DIR / "context.py",
+    *sorted((PACKAGE_DIR / "inline").glob("*.py")),
+    PACKAGE_DIR / "testing" / "runner.py",
+]
 STATE_NAMES = {state.value for state in JobState}
 ROW_NAMES = {"row", "r", "values", "record", "fetched"}  # what a fetched row is called here
 # A literal that spells a state's name but names something else.

@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
+from awa_django.context import COMPLETED
+from awa_django.inline.attempt import claim, write_outcome
 from awa_django.models import Job
 from awa_django.sql import statements
 from awa_django.states import JobState
-from awa_django.worker.context import COMPLETED
-from awa_django.worker.inline import claim, write_outcome
 from awa_django.workflows import Workflow
 from testproject.demo.models import Execution
 from tests.harness import wait_until

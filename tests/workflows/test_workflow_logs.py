@@ -10,13 +10,13 @@ import logging
 import pytest
 from django.utils import timezone
 
+from awa_django.context import Outcome
+from awa_django.inline.attempt import claim
 from awa_django.models import Job
 from awa_django.observability.joblog import report_outcome
 from awa_django.observability.sink import NoopSink
 from awa_django.registry import registry
 from awa_django.states import JobState
-from awa_django.worker.context import Outcome
-from awa_django.worker.inline import claim
 from awa_django.workflows import Workflow
 from tests.workflows import jobs  # noqa: F401 - registers the wf.* handlers
 

@@ -1,10 +1,14 @@
-"""Running jobs in-process on Django's own connection: the door of ``AWA["EXECUTION"] = "immediate"``
-and of ``awa_django.testing.run_jobs``.
+"""Immediate mode and in-process execution: running jobs on Django's own connection, the door of
+``AWA["EXECUTION"] = "immediate"`` and of ``awa_django.testing.run_jobs``. One package:
 
-This module is light on purpose (the enqueue paths call ``after_enqueue``, the Tasks backend
-asks ``running_inline``): it imports no worker code. The machinery that claims, runs and writes
-an attempt in-process, the worker's own executor and SQL on the caller's connection, is
-``awa_django.worker.inline``, imported only when a job actually runs here.
+- here, the door: what the enqueue paths call (``after_enqueue``) and the Tasks backend asks
+  (``running_inline``), and the immediate-mode drain. Light on purpose: loading it, as every
+  enqueue does, loads no worker code;
+- ``awa_django.inline.run``: one in-process attempt's record (``JobRun``) and the marker that a
+  handler runs in-process;
+- ``awa_django.inline.attempt``: the machinery that claims, runs and writes an attempt in-process,
+  the worker's own executor and SQL on the caller's connection. The drain imports it when a job
+  actually runs here, and only then.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from functools import partial
 from django.db import connections, transaction
 
 from awa_django.conf import awa_settings
-from awa_django.jobrun import JobRun as JobRun
-from awa_django.jobrun import running_here as running_here
-from awa_django.jobrun import running_inline as running_inline
+from awa_django.inline.run import JobRun as JobRun
+from awa_django.inline.run import running_here as running_here
+from awa_django.inline.run import running_inline as running_inline
 from awa_django.sql import statements
 from awa_django.states import JobState
 
@@ -94,7 +98,7 @@ def _run_immediately(alias: str, job_ids: list[int]) -> None:
     if pending is not None:
         pending.extend((alias, job_id) for job_id in job_ids)
         return
-    from awa_django.worker.inline import claim, run_claimed  # the machinery, only when a job runs here
+    from awa_django.inline.attempt import claim, run_claimed  # the machinery, only when a job runs here
 
     with _draining() as pending:
         pending.extend((alias, job_id) for job_id in job_ids)

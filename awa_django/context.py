@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from psycopg.pq.abc import PGresult
 
 from awa_django.states import JobState
-from awa_django.worker.storable import to_json
+from awa_django.storable import to_json
 
 
 @dataclass(slots=True)
@@ -246,6 +246,11 @@ _COMPLETED_STATE = JobState.COMPLETED
 
 # What a handler that returned None ends in; any equal Outcome is written the same way.
 COMPLETED = Outcome(_COMPLETED_STATE)
+
+ATOMIC_ENTRY_KEY = "atomic"
+"""The key an atomic attempt's error entry carries (True): the attempt ran in a transaction, and
+its writes were rolled back. The worker writes it (``awa_django.worker.atomic``), the job page
+shows it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ An atomic handler (``@job(atomic=True)``) runs as in the worker (``awa_django.wo
 its completion written inside it, so its writes and its completion stand or fall together here too.
 
 Used by immediate mode and ``run_jobs`` (``awa_django.inline``, ``awa_django.testing``), and
-imported only by them, when a job runs.
+imported only by them, when a job runs: it is the one part of this package that loads worker code.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 
-from awa_django.jobrun import JobRun, running_here
-from awa_django.registry import JobHandler, Registry, registry
+from awa_django.context import ClaimedJob, JobContext
+from awa_django.handlers import Handler, Registry, registry
+from awa_django.inline.run import JobRun, running_here
 from awa_django.sql import statements
 from awa_django.worker.atomic import write_outcome as write_outcome  # one writer on a Django connection
-from awa_django.worker.context import ClaimedJob, JobContext
 from awa_django.worker.executor import Executor
 
 # The immediate-mode and run_jobs messages are the inline door's, whichever module writes them.
@@ -57,7 +57,7 @@ class InlineExecutor(Executor):
         super().__init__(handlers, sync_threads=1, alias=alias)
 
     async def _run_sync(
-        self, handler: JobHandler, context: JobContext, args: dict[str, Any], deadline: float | None
+        self, handler: Handler, context: JobContext, args: dict[str, Any], deadline: float | None
     ) -> Any:
         running = sync_to_async(partial(self._invoke, handler, context, args), thread_sensitive=True)()
         return await (running if deadline is None else asyncio.wait_for(running, deadline))

@@ -1,7 +1,7 @@
 """One in-process attempt's record (``JobRun``) and the marker that a handler runs in-process.
 
-Shared by the light door of in-process execution (``awa_django.inline``) and its machinery
-(``awa_django.worker.inline``), so that neither has to import the other to name them.
+Shared by the door of in-process execution (``awa_django.inline``) and its machinery
+(``awa_django.inline.attempt``), which names them without importing the door.
 """
 
 from __future__ import annotations
