@@ -51,4 +51,5 @@ def _is_awa_backend(params: object) -> bool:
     except ImportError:
         return False  # the framework reports a broken TASKS entry where it is used
     mro = getattr(backend, "__mro__", ())
-    return any(f"{cls.__module__}.{cls.__qualname__}" == "awa_django.backends.AwaBackend" for cls in mro)
+    # Where the class is defined (``awa_django.backends`` re-exports it under the documented path).
+    return any(f"{cls.__module__}.{cls.__qualname__}" == "awa_django.backends.enqueue.AwaBackend" for cls in mro)

@@ -79,6 +79,9 @@ from django.urls import get_resolver, reverse
 
 get_resolver().url_patterns
 after_setup = sorted(name for name in sys.modules if name.startswith("awa_django.worker"))
+from awa_django.handlers import registry
+# AppConfig.ready connected the Tasks backend's resolver: a task's kind has a handler here.
+task_resolved = registry.get("testproject.demo.tasks.add") is not None
 from awa_django.models import Job
 from testproject.demo.jobs import send_welcome
 from testproject.demo.tasks import add
@@ -97,7 +100,9 @@ with transaction.atomic():
     pages["index"] = client.get(reverse("admin:index")).status_code
     transaction.set_rollback(True)
 after_admin = sorted(name for name in sys.modules if name.startswith("awa_django.worker"))
-print(json.dumps({"setup": after_setup, "enqueue": after_enqueue, "admin": after_admin, "pages": pages}))
+print(json.dumps({
+    "setup": after_setup, "enqueue": after_enqueue, "admin": after_admin, "pages": pages, "resolved": task_resolved
+}))
 """
 
 
@@ -116,6 +121,7 @@ def test_web_process__loads_no_worker_module() -> None:
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
 
     assert set(loaded["pages"].values()) == {200}, loaded["pages"]
+    assert loaded["resolved"] is True  # the web side is whole: the Tasks backend was wired at setup
     assert loaded["setup"] == [], "django.setup() with the admin installed"
     assert loaded["enqueue"] == [], "Job.objects.enqueue, handler.enqueue, task.enqueue"
     assert loaded["admin"] == [], "the admin's pages"
