@@ -19,7 +19,7 @@ COLUMNS = [f.attname for f in Job._meta.concrete_fields]
 
 def handler(kind: str) -> JobHandler:
     found = registry.get(kind)
-    assert found is not None, f"demo kind {kind!r} is not registered"
+    assert isinstance(found, JobHandler), f"demo kind {kind!r} is not registered with @job"
     return found
 
 

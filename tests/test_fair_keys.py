@@ -47,13 +47,13 @@ def _many_full(kind: str, args: dict[str, Any], options: dict[str, Any]) -> None
 
 def _handler_using(kind: str, args: dict[str, Any], options: dict[str, Any]) -> None:
     handler = registry.registered(kind)
-    assert handler is not None
+    assert isinstance(handler, JobHandler)
     (handler.using(**options) if options else handler).enqueue(**args)
 
 
 def _handler_ausing(kind: str, args: dict[str, Any], options: dict[str, Any]) -> None:
     handler = registry.registered(kind)
-    assert handler is not None
+    assert isinstance(handler, JobHandler)
     async_to_sync((handler.using(**options) if options else handler).aenqueue)(**args)
 
 

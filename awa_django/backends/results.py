@@ -25,12 +25,20 @@ try:
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 except ImportError:  # Django < 6: the django-tasks backport
+    from django_tasks import task_backends  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
     from django_tasks.base import (  # type: ignore[assignment, no-redef, unused-ignore]
         Task,
+        TaskContext,
         TaskError,
         TaskResult,
         TaskResultStatus,
     )
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[assignment, no-redef, unused-ignore]
+    from django_tasks.utils import normalize_json  # type: ignore[assignment, no-redef, unused-ignore]
 
 __all__ = [
     "INTERRUPT_PATH",

@@ -99,6 +99,7 @@ def test_workflow_enqueue__shared_frames_validate_and_write_as_build_row(
             )
             return
         wf.enqueue()
+        assert wf.id is not None
         rows = Job.objects.filter(workflow_id=wf.id).order_by("id")
         written = [
             (j.kind, j.queue, j.args, j.priority, j.max_attempts, j.fair_key, j.timeout, j.attempt) for j in rows

@@ -32,6 +32,7 @@ def test_extending__a_new_step_after_a_job_that_waits_for_it_is_a_cycle(which: s
 
     with pytest.raises(InvalidJobError, match=rf"step 'late' would wait for job {target}.*a cycle"):
         extension.enqueue()
+    assert wf.id is not None
     assert Job.objects.filter(workflow_id=wf.id).count() == 3
     assert Job.objects.get(pk=total).pending == 1  # the join was rolled back with the rest
 
@@ -43,5 +44,6 @@ def test_extending__a_new_step_after_an_unrelated_existing_job_is_accepted() -> 
     extension.add("wf.value", name="part", after=[outside.pk])
     extension.enqueue()
 
+    assert wf.id is not None
     assert Job.objects.filter(workflow_id=wf.id).count() == 4
     assert Job.objects.get(pk=total).pending == 2  # split and the new part

@@ -135,6 +135,7 @@ def test_dynamic_fan_out__the_fan_in_waits_for_the_added_steps() -> None:
 
     # split's result (3) plus the parts 0 + 1 + 2
     assert Job.objects.get(pk=total.id).result == 6
+    assert wf.id is not None
     assert Job.objects.filter(workflow_id=wf.id).count() == 5
 
 
