@@ -54,6 +54,7 @@ from awa_django.validation import UnstorableValueError, brief, storable_json, to
 
 if TYPE_CHECKING:
     from awa_django.models import Job
+    from awa_django.services.signals import SignalSent
 
 UNIQUE_CONSTRAINT = "awa_job_unique_key_uniq"
 COPY_BATCH_SIZE = 10_000
@@ -502,6 +503,19 @@ class JobManager(models.Manager["Job"]):
             unique=unique,
             fair_key=fair_key,
         )
+
+    def signal(self, job_id: int, event: str, payload: Any = None) -> SignalSent:
+        """Send ``event`` (with a JSON ``payload``) to the durable job ``job_id``: kept until the
+        job's ``context.wait_for(event)`` takes it, and waking the job now if it is parked in that
+        wait. Joins the caller's transaction, as an enqueue does. ``SignalError`` if the job does
+        not exist or has finished (docs/guide/durable-jobs.md)."""
+        from awa_django.services.signals import send_signal
+
+        return send_signal(self._alias(), job_id, event, payload)
+
+    async def asignal(self, job_id: int, event: str, payload: Any = None) -> SignalSent:
+        """``signal`` for async code (runs on Django's connection in the sync thread)."""
+        return await sync_to_async(self.signal)(job_id, event, payload)
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
         """Insert many jobs with COPY, all or nothing, in the caller's transaction; return the count.
