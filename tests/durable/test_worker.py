@@ -158,3 +158,25 @@ def test_signals__1000_waiting_jobs__each_woken_by_its_signal(rows: Rows) -> Non
         assert Job.objects.get(id=job_id).result == ["a", job_id, "b"]
         assert steps_of(job_id)["wait:go#1"].result == job_id
     assert all(ran[(job_id, "a")] == 1 and ran[(job_id, "b")] == 1 for job_id in waiting)
+
+
+RACED = 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signals__sent_while_the_jobs_run_and_park__no_wake_up_lost(rows: Rows) -> None:
+    """Each job is signalled right after it is enqueued, so signals land before the wait, while the
+    attempt runs, between its wait and its park, and after it: every job completes with its
+    payload, and none is left waiting with its event kept."""
+    config = make_config({QUEUE: QueueConfig(QUEUE, max_workers=10)})
+    with running_worker(config, registry=_registry()):
+        raced: list[int] = []
+        # Each job signalled as the next one is enqueued: the worker is at its first attempt meanwhile.
+        for _ in range(RACED):
+            raced.append(Job.objects.enqueue("durable.waiter", {}, queue=QUEUE).id)
+            if len(raced) > 1:
+                Job.objects.signal(raced[-2], "go", raced[-2])
+        Job.objects.signal(raced[-1], "go", raced[-1])
+        wait_until(lambda: _states(raced)["completed"] == RACED, timeout=300, what=f"{RACED} jobs completed")
+    for job_id in raced:
+        assert Job.objects.get(id=job_id).result == ["a", job_id, "b"]
