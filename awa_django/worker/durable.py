@@ -139,7 +139,7 @@ class Steps:
         return f"{prefix}#{n}"
 
     def _insert(self, name: str, kind: str, **values: Any) -> bool:
-        params = {"job": self.job_id, "name": name, "kind": kind, "attempt": self.attempt}
+        params: dict[str, Any] = {"job": self.job_id, "name": name, "kind": kind, "attempt": self.attempt}
         params.update({"result": None, "ran": None, "delay": None, "event": None}, **values)
         with connections[self.alias].cursor() as cursor:
             cursor.execute(statements["insert_job_step"], params)
@@ -225,7 +225,7 @@ class Steps:
                 if stored.timed_out:
                     raise WaitTimeout(self.job_id, name, event)
                 return None, stored.result
-        params = {"job": self.job_id, "name": name, "event": event, "attempt": self.attempt}
+        params: dict[str, Any] = {"job": self.job_id, "name": name, "event": event, "attempt": self.attempt}
         with connections[self.alias].cursor() as cursor:
             cursor.execute(statements["take_job_event"], params)
             taken = cursor.fetchone()

@@ -114,8 +114,12 @@ def test_step__name_used_twice_in_one_run__fails_naming_it() -> None:
 def test_step__unstorable_result__fails_the_job_naming_the_step_and_the_value(value: Any, says: str) -> None:
     ran: list[int] = []
 
+    def make() -> Any:
+        ran.append(1)
+        return value
+
     def handler(context: JobContext) -> None:
-        context.step("make", lambda: ran.append(1) or value)
+        context.step("make", make)
 
     job = Job.objects.enqueue("durable.unstorable", {}, queue=QUEUE)
     run = run_once(job.id, registry_of("durable.unstorable", handler))
@@ -134,13 +138,17 @@ def test_step__code_changed__removed_step_ignored_and_new_step_before_old_ones_r
     calls: list[str] = []
     version = {"n": 1}
 
+    def call(name: str, result: str) -> str:
+        calls.append(name)
+        return result
+
     def handler(context: JobContext) -> Any:
         if version["n"] == 1:
-            a = context.step("a", lambda: calls.append("a") or "A")
-            b = context.step("b", lambda: calls.append("b") or "B")
+            a = context.step("a", call, "a", "A")
+            b = context.step("b", call, "b", "B")
             raise InjectedError(f"after {a}{b}")
-        new = context.step("new", lambda: calls.append("new") or "N")
-        b = context.step("b", lambda: calls.append("b2") or "B2")
+        new = context.step("new", call, "new", "N")
+        b = context.step("b", call, "b2", "B2")
         return [new, b]
 
     registry = registry_of("durable.versions", handler)
