@@ -186,7 +186,7 @@ class JobContext:
         park = None if self._steps is None else self._steps.parked
         if park is None:
             return None
-        return Outcome(park.state, delay=park.delay, refund=1, waits_event=park.waits_event)
+        return Outcome(park.state, delay=park.delay, refund=1, waits_event=park.waits_event, parked=True)
 
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once for this job, whatever its attempts: the first time, run
@@ -367,6 +367,7 @@ class Outcome:
     # A durable job parked in a wait (``awa_django.worker.durable``): once written, the writer wakes
     # it at once if its event came meanwhile (wake_signalled_jobs, in the same transaction).
     waits_event: bool = False
+    parked: bool = False  # a durable job's sleep or wait ended the attempt (the outcome label "parked")
 
     @property
     def bare(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -10,8 +11,12 @@ from django.db import connection
 
 from awa_django.exceptions import SignalError, WaitTimeout
 from awa_django.models import Job
+from awa_django.observability.joblog import report_outcome
+from awa_django.observability.sink import NoopSink
 from awa_django.services.jobs import cancel_jobs
+from awa_django.states import JobState
 from awa_django.worker import JobContext
+from awa_django.worker.context import ClaimedJob, Outcome
 from testproject.demo.models import Execution
 from tests.durable.support import events_of, expire, registry_of, run_once, state_of, steps_of
 
@@ -246,3 +251,21 @@ def test_wake_after_park__event_kept_while_running__writer_wakes_it() -> None:
     assert state_of(job.id) == "available"  # ... and woken in the same transaction
     run = run_once(job.id, registry)
     assert run is not None and run.result == [1, 5], run
+
+
+@pytest.mark.parametrize("state", [JobState.SCHEDULED, JobState.WAITING])
+def test_report_outcome__a_parked_attempt__counted_and_logged_as_parked(
+    state: JobState, caplog: pytest.LogCaptureFixture
+) -> None:
+    finished: list[str] = []
+
+    class Sink(NoopSink):
+        def job_finished(self, queue: str, kind: str, outcome: str, seconds: float | None) -> None:
+            finished.append(outcome)
+
+    job = ClaimedJob(1, "durable.waiter", QUEUE, {}, 1, 3, 1, 2, {})
+    outcome = Outcome(state, delay=None if state is JobState.WAITING else 60.0, refund=1, parked=True)
+    with caplog.at_level(logging.INFO, logger="awa_django.jobs"):
+        report_outcome(Sink(), registry_of("durable.waiter", _waiter), job, outcome, 0.01, True)
+    assert finished == ["parked"]
+    assert [record.outcome for record in caplog.records] == ["parked"]  # type: ignore[attr-defined]
