@@ -6,7 +6,7 @@ from awa_django import JobContext, WaitTimeout, job
 from awa_django.models import Job
 from awa_django.testing import run_jobs
 
-charged = []  # stands in for a payment provider: the orders it charged
+charged: list[int] = []  # stands in for a payment provider: the orders it charged
 
 
 def charge_card(order_id: int, amount: int) -> dict:
