@@ -18,9 +18,11 @@ if TYPE_CHECKING:
         InvalidJobError,
         InvalidScheduleError,
         RetryAfter,
+        SignalError,
         Snooze,
         TerminalError,
         UniqueJobConflictError,
+        WaitTimeout,
     )
     from awa_django.registry import JobCall, JobHandler, job, schedule
     from awa_django.retry import Backoff, RuleError
@@ -35,9 +37,11 @@ _PUBLIC = {
     "InvalidJobError": "awa_django.exceptions",
     "InvalidScheduleError": "awa_django.exceptions",
     "RetryAfter": "awa_django.exceptions",
+    "SignalError": "awa_django.exceptions",
     "Snooze": "awa_django.exceptions",
     "TerminalError": "awa_django.exceptions",
     "UniqueJobConflictError": "awa_django.exceptions",
+    "WaitTimeout": "awa_django.exceptions",
     "JobContext": "awa_django.context",
     "JobHandler": "awa_django.registry",
     "job": "awa_django.registry",
@@ -55,9 +59,11 @@ __all__ = [
     "JobHandler",
     "RetryAfter",
     "RuleError",
+    "SignalError",
     "Snooze",
     "TerminalError",
     "UniqueJobConflictError",
+    "WaitTimeout",
     "job",
     "schedule",
 ]

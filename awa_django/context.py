@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import operator
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -11,6 +13,7 @@ from typing import Any, Protocol
 
 from psycopg.pq.abc import PGresult
 
+from awa_django.durable import Parked, Steps
 from awa_django.states import JobState
 from awa_django.storable import to_json
 
@@ -110,7 +113,16 @@ class JobContext:
     Safe to use from async handlers and from sync handlers in worker threads.
     """
 
-    __slots__ = ("_cancel", "_progress", "_progress_json", "_upstreams", "finishing", "job", "running_thread")
+    __slots__ = (
+        "_cancel",
+        "_progress",
+        "_progress_json",
+        "_steps",
+        "_upstreams",
+        "finishing",
+        "job",
+        "running_thread",
+    )
 
     def __init__(self, job: ClaimedJob) -> None:
         self.job = job
@@ -127,6 +139,7 @@ class JobContext:
         # worker keeps the attempt's slot until this future is done.
         self.running_thread: asyncio.Future[Any] | None = None
         self._upstreams: list[Any] | None = None  # a workflow step's upstream results, read once
+        self._steps: Steps | None = None  # a durable job's steps, read at its first step
 
     def upstreams(self, name: str | None = None) -> list[Any]:
         """This workflow step's upstream jobs (``UpstreamResult``: name, job_id, state, result),
@@ -156,6 +169,118 @@ class JobContext:
         from awa_django.workflows.results import pick
 
         return pick(self.job.id, await self.aupstreams(), name)
+
+    # --- durable jobs (awa_django.durable, docs/guide/durable-jobs.md) ----------------
+
+    def _durable(self, sync: bool) -> Steps:
+        if sync:
+            _refuse_on_loop()
+        if self._steps is None:
+            self._steps = Steps(self.job.id, self.job.attempt)
+        return self._steps
+
+    @property
+    def parked(self) -> Outcome | None:
+        """The outcome of a sleep or wait that parked this attempt (None: it did not park): its
+        next state, its attempt given back."""
+        park = None if self._steps is None else self._steps.parked
+        if park is None:
+            return None
+        return Outcome(park.state, delay=park.delay, refund=1, waits_event=park.waits_event, parked=True)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job, whatever its attempts: the first time, run
+        it and store its JSON result before returning it; at every later attempt, return the stored
+        result without running it. ``name`` is unique within the job (``DuplicateStepError``
+        otherwise). A result Postgres cannot store fails the job (``UnstorableStepResultError``,
+        naming the step and the value). ``def`` handlers; ``async def`` ones await ``astep``."""
+        steps = self._durable(sync=True)
+        done, result = steps.begin(name)
+        if done:
+            return result
+        started = time.monotonic()
+        try:
+            value = fn(*args, **kwargs)
+        except BaseException:
+            steps.abandon(name)
+            raise
+        return steps.record(name, value, time.monotonic() - started)
+
+    async def astep(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``step`` for ``async def`` handlers: ``fn`` may be a coroutine function (awaited) or a
+        plain one (called on the loop: keep it short, or make it async)."""
+        from asgiref.sync import sync_to_async
+
+        steps = self._durable(sync=False)
+        done, result = await sync_to_async(steps.begin)(name)
+        if done:
+            return result
+        started = time.monotonic()
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException:
+            steps.abandon(name)
+            raise
+        return await sync_to_async(steps.record)(name, value, time.monotonic() - started)
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """A durable sleep: the attempt ends at once (its slot and fair-key share are freed, its
+        attempt is not spent) and the job runs again from the top after ``seconds``, when this
+        sleep returns at once. Recorded as a step (named ``sleep#1``, ``sleep#2``… in the order
+        the run reaches them, unless ``name`` is given)."""
+        steps = self._durable(sync=True)
+        if steps.sleep(float(seconds), name) is not None:
+            raise Parked
+
+    async def asleep(self, seconds: float, *, name: str | None = None) -> None:
+        """``sleep`` for ``async def`` handlers."""
+        from asgiref.sync import sync_to_async
+
+        steps = self._durable(sync=False)
+        if await sync_to_async(steps.sleep)(float(seconds), name) is not None:
+            raise Parked
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """``sleep`` until ``when`` (an aware datetime), by the database's clock."""
+        steps = self._durable(sync=True)
+        self.sleep(steps.seconds_until(when), name=name)
+
+    async def asleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """``sleep_until`` for ``async def`` handlers."""
+        from asgiref.sync import sync_to_async
+
+        steps = self._durable(sync=False)
+        await self.asleep(await sync_to_async(steps.seconds_until)(when), name=name)
+
+    def wait_for(self, event: str, *, timeout: float | None = None, name: str | None = None) -> Any:
+        """The payload of the event ``event`` sent to this job (``Job.objects.signal``), recorded as
+        a step (named ``wait:<event>#1``… unless ``name`` is given). With none sent yet, the
+        attempt ends at once and the job parks, holding no slot, until one is sent, or until
+        ``timeout`` seconds from the first time the wait was reached: then ``WaitTimeout`` is
+        raised (here, and at every later attempt), for the handler to catch."""
+        steps = self._durable(sync=True)
+        parked, payload = steps.wait_for(event, None if timeout is None else float(timeout), name)
+        if parked is not None:
+            raise Parked
+        return payload
+
+    async def await_for(
+        self,
+        event: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a durable deadline in the database, not asyncio's
+        name: str | None = None,
+    ) -> Any:
+        """``wait_for`` for ``async def`` handlers."""
+        from asgiref.sync import sync_to_async
+
+        steps = self._durable(sync=False)
+        parked, payload = await sync_to_async(steps.wait_for)(event, None if timeout is None else float(timeout), name)
+        if parked is not None:
+            raise Parked
+        return payload
 
     @property
     def job_id(self) -> int:
@@ -213,6 +338,18 @@ class JobContext:
         return self._progress_json
 
 
+def _refuse_on_loop() -> None:
+    """A ``def`` handler's durable calls read and write the database: not on an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "context.step, sleep, sleep_until and wait_for are for def handlers; an async def handler awaits "
+        "astep, asleep, asleep_until and await_for"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """A finished attempt's next state (one of ``awa_django.states.OUTCOME_STATES``), as
@@ -227,6 +364,10 @@ class Outcome:
     # written already, in an atomic handler's own transaction (``awa_django.worker.atomic``). False:
     # refused there by the (id, running, run_lease) guard, and rolled back with the handler's writes.
     settled: bool | None = None
+    # A durable job parked in a wait (``awa_django.durable``): once written, the writer wakes
+    # it at once if its event came meanwhile (wake_signalled_jobs, in the same transaction).
+    waits_event: bool = False
+    parked: bool = False  # a durable job's sleep or wait ended the attempt (the outcome label "parked")
 
     @property
     def bare(self) -> bool:

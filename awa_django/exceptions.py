@@ -134,6 +134,80 @@ class TerminalError(AwaError):
     """Subclass (or raise) this for errors that retrying cannot fix: the job fails at once."""
 
 
+# --- durable jobs (context.step, sleep, wait_for; Job.objects.signal) ---------------------
+
+
+class StepError(TerminalError):
+    """A durable job's step was used in a way a retry cannot fix: the job fails at once, with this
+    message. ``job_id`` and ``step`` (the step's name) say where."""
+
+    def __init__(self, job_id: int, step: str, message: str) -> None:
+        self.job_id = job_id
+        self.step = step
+        super().__init__(f"job {job_id}, step {step!r}: {message}")
+
+
+class DuplicateStepError(StepError):
+    """A step name was used twice in one run of a handler; step names are unique within a job."""
+
+    def __init__(self, job_id: int, step: str) -> None:
+        super().__init__(
+            job_id,
+            step,
+            "this step name was already used in this run of the handler; give each step of a job its own "
+            'name (e.g. f"charge:{item_id}" in a loop)',
+        )
+
+
+class StepKindMismatchError(StepError):
+    """A step name is stored as one kind (step, sleep, wait) and used now as another: the handler's
+    code changed while the job was parked, and the name now means something else."""
+
+    def __init__(self, job_id: int, step: str, stored: str, used: str) -> None:
+        self.stored = stored
+        self.used = used
+        super().__init__(
+            job_id,
+            step,
+            f"stored as a {stored}, used now as a {used} (the code changed while the job was parked); "
+            "give the new one a new name",
+        )
+
+
+class UnstorableStepResultError(StepError):
+    """A step returned a value Postgres cannot store; ``reason`` says what is wrong with it."""
+
+    def __init__(self, job_id: int, step: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(job_id, step, f"{reason}; the step's work ran, but its result was not stored")
+
+
+class WaitTimeout(AwaError):  # noqa: N818 - named for what happened, as TimeoutError is
+    """``context.wait_for(event, timeout=…)`` reached its deadline with no event. Recorded, so every
+    later attempt of the job raises it again at the same wait; catch it to go on without the event."""
+
+    def __init__(self, job_id: int, step: str, event: str) -> None:
+        self.job_id = job_id
+        self.step = step
+        self.event = event
+        super().__init__(f"job {job_id}: no event {event!r} came before the timeout of wait {step!r}")
+
+
+class SignalError(AwaError, LookupError):
+    """A signal to a job that cannot receive it: ``state`` is None when no job ``job_id`` exists,
+    else its finished state (completed, failed, cancelled)."""
+
+    def __init__(self, job_id: int, event: str, state: str | None) -> None:
+        self.job_id = job_id
+        self.event = event
+        self.state = state
+        if state is None:
+            why = "no such job exists (never enqueued, or deleted by retention)"
+        else:
+            why = f"it has finished (state {state}); only a job that has not finished can receive an event"
+        super().__init__(f"cannot send event {event!r} to job {job_id}: {why}")
+
+
 # --- periodic jobs ------------------------------------------------------------------
 
 

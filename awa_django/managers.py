@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -51,6 +51,9 @@ from awa_django.observability import tracing
 from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, brief, storable_json, to_json
+
+if TYPE_CHECKING:
+    from awa_django.services.signals import SignalSent
 
 _Job = TypeVar("_Job", bound=models.Model)
 """The model these are the queryset and manager of (``awa_django.models.Job``, which attaches them):
@@ -503,6 +506,19 @@ class JobManager(models.Manager[_Job]):
             unique=unique,
             fair_key=fair_key,
         )
+
+    def signal(self, job_id: int, event: str, payload: Any = None) -> SignalSent:
+        """Send ``event`` (with a JSON ``payload``) to the durable job ``job_id``: kept until the
+        job's ``context.wait_for(event)`` takes it, and waking the job now if it is parked in that
+        wait. Joins the caller's transaction, as an enqueue does. ``SignalError`` if the job does
+        not exist or has finished (docs/guide/durable-jobs.md)."""
+        from awa_django.services.signals import send_signal
+
+        return send_signal(self._alias(), job_id, event, payload)
+
+    async def asignal(self, job_id: int, event: str, payload: Any = None) -> SignalSent:
+        """``signal`` for async code (runs on Django's connection in the sync thread)."""
+        return await sync_to_async(self.signal)(job_id, event, payload)
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]]) -> int:
         """Insert many jobs with COPY, all or nothing, in the caller's transaction; return the count.

@@ -10,6 +10,7 @@
 - ``FairKey``: one fair key's weight and cap inside a queue, overriding the queue's defaults.
 - ``LeaderLease``: the maintenance leader's lease behind a transaction pooler.
 - ``Workflow`` and ``JobEdge``: jobs that wait for jobs (``awa_django.workflows``).
+- ``JobStep`` and ``JobEvent``: durable jobs' steps and the events sent to them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Func, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from awa_django.cron import CATCH_UP_LIMIT_DEFAULT, CATCH_UP_LIMIT_MAX
@@ -699,3 +701,63 @@ class HistoryMark(models.Model):
 
     def __str__(self) -> str:
         return f"history final before {self.closed_through}"
+
+
+class StepKind(models.TextChoices):
+    STEP = "step", "step"
+    SLEEP = "sleep", "sleep"
+    WAIT = "wait", "wait"
+
+
+class JobStep(models.Model):
+    """One step of a durable job (``context.step``, ``sleep``, ``wait_for``): what it returned,
+    kept so that later attempts of the job return it without running the step again
+    (``awa_django.durable``, docs/guide/durable-jobs.md).
+
+    A ``wait`` with no ``finished_at`` is the wait in force: ``Job.objects.signal`` wakes the job
+    when an event of that name comes. A ``sleep``'s ``finished_at`` is its wake time. No foreign
+    key: the job moves between ``awa_job`` and ``awa_job_done``; the leader deletes the steps of
+    jobs retention dropped (``awa_django.worker.retention``)."""
+
+    pk = models.CompositePrimaryKey("job_id", "name")
+    job_id = models.BigIntegerField()
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
+    kind = models.CharField(max_length=8, choices=StepKind.choices, default=StepKind.STEP)
+    attempt = models.IntegerField(help_text="the job's attempt that ran the step")
+    started_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="empty: a wait in force; a sleep's is its wake time"
+    )
+    wake_at = models.DateTimeField(null=True, blank=True, help_text="a sleep's wake time, a wait's deadline")
+    event = models.CharField(
+        max_length=NAME_MAX_LENGTH, blank=True, default="", db_default="", help_text="what a wait waits for"
+    )
+    result = models.JSONField(null=True, blank=True, help_text="the step's return value, a wait's payload")
+    timed_out = models.BooleanField(default=False, db_default=False, help_text="a wait that ended at its deadline")
+
+    class Meta:
+        db_table = "awa_job_step"
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=[k.value for k in StepKind]), name="awa_job_step_kind_valid")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.kind} {self.name!r}"
+
+
+class JobEvent(models.Model):
+    """An event sent to a job (``Job.objects.signal``) that no ``wait_for`` has taken yet. The
+    wait that takes it deletes it and keeps its payload in its ``JobStep``."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField()
+    event = models.CharField(max_length=NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True, blank=True)
+    sent_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "awa_job_event"
+        indexes = [models.Index(fields=["job_id", "event", "id"], name="awa_job_event_job_idx")]
+
+    def __str__(self) -> str:
+        return f"event {self.event!r} to job {self.job_id}"

@@ -14,8 +14,10 @@ from enum import StrEnum
 class JobState(StrEnum):
     """Where a job is in its life (docs/design.md, "Lifecycle")."""
 
-    WAITING = "waiting"  # waits for its upstream jobs (a workflow step): in no claim index
-    SCHEDULED = "scheduled"  # waits for run_at
+    # Waits for its upstream jobs (a workflow step), or for an event with no timeout (a durable
+    # job's wait_for): in no claim index.
+    WAITING = "waiting"
+    SCHEDULED = "scheduled"  # waits for run_at (a durable job's sleep, a wait's timeout)
     AVAILABLE = "available"  # due: claimable
     RUNNING = "running"  # claimed by a worker, under a run_lease
     COMPLETED = "completed"  # terminal: the handler returned
@@ -30,9 +32,10 @@ class JobState(StrEnum):
 
 TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
-# The states a finished attempt can move its job to (``Outcome.state``): running is never one.
+# The states a finished attempt can move its job to (``Outcome.state``): running is never one;
+# waiting only for a durable job parked in a wait.
 OUTCOME_STATES: frozenset[JobState] = frozenset(
-    {JobState.COMPLETED, JobState.RETRYABLE, JobState.SCHEDULED, JobState.FAILED, JobState.CANCELLED}
+    {JobState.COMPLETED, JobState.RETRYABLE, JobState.SCHEDULED, JobState.WAITING, JobState.FAILED, JobState.CANCELLED}
 )
 
 # The model field's choices: value and label are the state's name.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from awa_django.observability.sink import STATE_OUTCOMES, UNREGISTERED_KIND, MetricsSink
+from awa_django.observability.sink import PARKED, STATE_OUTCOMES, UNREGISTERED_KIND, MetricsSink
 from awa_django.states import JobState
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ LEVELS = {
     STATE_OUTCOMES[JobState.COMPLETED]: logging.DEBUG,
     "retried": logging.INFO,
     "snoozed": logging.INFO,
+    PARKED: logging.INFO,
     STATE_OUTCOMES[JobState.FAILED]: logging.WARNING,
     STATE_OUTCOMES[JobState.CANCELLED]: logging.WARNING,
     "discarded": logging.INFO,
@@ -112,7 +113,12 @@ def report_outcome(
     ``sink.REFUSALS``; the completer logs that line, it knows why); otherwise the outcome is the
     state written.
     """
-    name = STATE_OUTCOMES.get(outcome.state, outcome.state) if written else refusal
+    if not written:
+        name = refusal
+    elif outcome.parked:
+        name = PARKED
+    else:
+        name = STATE_OUTCOMES.get(outcome.state, outcome.state)
     kind = job.kind
     note = ""
     if name == STATE_OUTCOMES[JobState.FAILED] and registry.get(kind) is None:
@@ -131,7 +137,7 @@ def report_outcome(
             attempt=job.attempt,
             duration_ms=seconds * 1000.0,
             error=error_text(outcome),
-            delay_s=outcome.delay if name in ("retried", "snoozed") else None,
+            delay_s=outcome.delay if name in ("retried", "snoozed", PARKED) else None,
             note=note,
             workflow_id=job.workflow_id,
         )

@@ -48,8 +48,10 @@ REFUSALS: dict[str, str] = {
     "handed_back": "handed back at shutdown; it runs again",
     "lost": "lost: the attempt was rescued meanwhile, and the newer state stands",
 }
+# A durable job's sleep or wait ended the attempt (``Outcome.parked``): scheduled or waiting again.
+PARKED = "parked"
 # The outcome label of ``awa_jobs_total``: each attempt ends in exactly one.
-OUTCOMES = (*STATE_OUTCOMES.values(), *REFUSALS, "rescued")
+OUTCOMES = (*STATE_OUTCOMES.values(), PARKED, *REFUSALS, "rescued")
 # The kind label of a job whose kind has no registered handler (mistyped kinds stay one series).
 UNREGISTERED_KIND = "<unregistered>"
 

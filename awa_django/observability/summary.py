@@ -35,7 +35,7 @@ SUMMARY_INTERVAL_DEFAULT = 10.0
 WAIT_SAMPLE = 4096
 # The outcomes every queue's segment names, even at 0; the others only when they happened.
 ALWAYS = ("completed", "retried", "failed")
-SOMETIMES = ("snoozed", "cancelled", "discarded", "handed_back", "lost", "rescued")
+SOMETIMES = ("snoozed", "parked", "cancelled", "discarded", "handed_back", "lost", "rescued")
 
 
 def median(values: list[float]) -> float | None:

@@ -16,6 +16,9 @@ or finalize_jobs for a result or progress), guarded by (id, running, run_lease).
   stored, or marked its transaction for rollback: the transaction rolls back, and the outcome goes
   to the usual writer (the worker's batch writer, or in-process execution) on its own.
 
+A durable job's sleep or wait (``durable.Parked``) is not a rollback: its parking outcome is written
+in the transaction, guarded the same way, and commits with the handler's writes and step records.
+
 A worker killed anywhere before the COMMIT leaves an open transaction that Postgres rolls back when
 the connection drops; the rescue then runs the job again on a clean slate. Killed after it, the job
 is completed and nothing runs again. That is the exactly-once of the handler's database writes.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -36,6 +40,7 @@ from django.db import connections, transaction
 
 from awa_django.context import ATOMIC_ENTRY_KEY as ATOMIC_ENTRY_KEY
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.durable import Parked
 from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.writes import Written, outcome_writes
@@ -80,7 +85,16 @@ def run_atomic(
     try:
         with transaction.atomic(using=alias):
             transaction.on_commit(partial(committed.append, True), using=alias)
-            result = call()
+            try:
+                result = call()
+            except Parked:
+                result = None
+            if context.parked is not None:  # a durable sleep or wait: parked with its steps, in one COMMIT
+                outcome = context.parked
+                context.finishing = True
+                if not write_outcome(alias, job, outcome, context.progress_json):
+                    raise _Refused
+                return replace(outcome, settled=True)
             outcome = COMPLETED if result is None else completed_with(job, result)
             if outcome.state is not JobState.COMPLETED:
                 raise _NotCompleted(outcome)
@@ -96,7 +110,7 @@ def run_atomic(
     except _NotCompleted as not_completed:
         return not_completed.outcome
     except _Refused:
-        return Outcome(outcome.state, result=outcome.result, settled=False)
+        return replace(outcome, settled=False)
     except BaseException:
         if not committed:
             raise
@@ -109,7 +123,7 @@ def run_atomic(
             job.kind,
             job.attempt,
         )
-    return Outcome(outcome.state, result=outcome.result, settled=True)
+    return replace(outcome, settled=True)
 
 
 def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:

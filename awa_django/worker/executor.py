@@ -15,6 +15,9 @@ A sync handler past its deadline cannot be stopped (Python threads cannot be kil
 attempt ends at the deadline, and ``JobContext.running_thread`` is left set to the thread's
 future, so the caller keeps the attempt's slot until the thread really returns.
 
+A durable job's sleep or wait (``durable.Parked``) ends the attempt with the parking outcome
+(``JobContext.parked``: scheduled or waiting, its attempt given back), even if the handler caught it.
+
 An atomic handler (``@job(atomic=True)``) runs in a transaction on the jobs' database with its
 completion written inside it (``atomic.run_atomic``): its outcome comes back ``settled``, and the
 error entry of an attempt that raised says ``"atomic": true`` (its writes were rolled back).
@@ -37,6 +40,7 @@ from django.db import close_old_connections
 
 from awa_django.conf import awa_settings
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.durable import Parked
 from awa_django.exceptions import Cancel, RetryAfter, Snooze, TerminalError
 from awa_django.handlers import Handler as JobHandler  # what the registry holds: a kind's function and rules
 from awa_django.handlers import Registry
@@ -190,7 +194,12 @@ class Executor:
                 if handler.atomic:
                     settled: Outcome = result  # run_atomic's: completed and written, or not a completion
                     return settled
+            if context.parked is not None:  # the handler caught its sleep's or wait's Parked and returned
+                return context.parked
             return COMPLETED if result is None else self._completed_with(job, result)
+        except Parked:  # a durable sleep or wait ended the attempt: the job parks (durable.py)
+            assert context.parked is not None
+            return context.parked
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or task.cancelling():

@@ -13,6 +13,11 @@ by ``finalized_at``. ``prune``, the leader's retention duty, keeps each branch's
 - **sweep**: what partitions cannot hold is deleted in bounded batches, by index: the finished
   rows still in the hot table (unique jobs keeping their key past their end, jobs finished before
   migration 0023) and the DEFAULT partitions.
+- **steps**: durable jobs' step records and events (``awa_job_step``, ``awa_job_event``) whose job
+  is gone (its partition dropped, its row deleted) are deleted by ``sweep_steps``: a walk of those
+  tables by job id from a cursor kept between sweeps, at most ``STEP_BATCHES`` x ``STEP_BATCH``
+  job ids per sweep, each probed in ``awa_job`` and ``awa_job_done`` by primary key and id index
+  (never a scan of a history partition). A job's steps thus leave at most a full walk after it.
 
 A partition's width follows its branch's retention (``width_for``): a day for a retention of a
 day or more, down to a minute for a retention of minutes, so a job is kept at most its retention
@@ -50,6 +55,7 @@ __all__ = [
     "plan_drops",
     "prune",
     "retention",
+    "sweep_steps",
     "width_for",
 ]
 
@@ -63,6 +69,8 @@ LOCK_TIMEOUT = "200ms"
 # range is left to the default (swept by batches) and the next range is created instead.
 MOVE_FROM_DEFAULT_MAX = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STEP_BATCH = 1000  # job ids a step-record sweep statement looks at
+STEP_BATCHES = 10  # such statements per sweep at most
 
 
 @dataclass(frozen=True)
@@ -303,10 +311,43 @@ async def sweep(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int
     return deleted
 
 
+@dataclass
+class StepCursor:
+    """Where the walk of durable jobs' records (``sweep_steps``) goes on from: the last job id it
+    looked at (0: the start)."""
+
+    after: int = 0
+
+
+_STEP_CURSOR = StepCursor()  # the leader's, kept between its sweeps
+
+
+async def sweep_steps(
+    conn: psycopg.AsyncConnection[Any], cursor: StepCursor, batches: int = STEP_BATCHES, batch: int = STEP_BATCH
+) -> int:
+    """Delete the step records and events of jobs that exist no more, walking on from ``cursor``
+    (at most ``batches`` statements of ``batch`` job ids; back to the start at the end). Returns
+    the rows deleted."""
+    deleted = 0
+    for _ in range(batches):
+        result = await conn.execute(statements["delete_orphan_steps"], {"after": cursor.after, "limit": batch})
+        row = await result.fetchone()
+        assert row is not None
+        last, looked, steps, events = row
+        deleted += steps + events
+        if looked < batch:
+            cursor.after = 0
+            break
+        cursor.after = last
+        await asyncio.sleep(0)
+    return deleted
+
+
 async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int:
-    """One retention sweep: partitions ahead, expired partitions dropped, leftovers swept.
-    Returns the rows the sweep deleted (a dropped partition's rows are not counted: they are
-    not read)."""
+    """One retention sweep: partitions ahead, expired partitions dropped, leftovers swept, then the
+    records of durable jobs that are gone. Returns the rows the sweep deleted (a dropped
+    partition's rows are not counted: they are not read)."""
     await ensure_partitions(conn, config)
     await drop_expired(conn, config)
-    return await sweep(conn, config)
+    deleted = await sweep(conn, config)
+    return deleted + await sweep_steps(conn, _STEP_CURSOR)

@@ -183,7 +183,7 @@ class Worker:
 
     def health(self, available_rows: Mapping[str, int] | None = None) -> dict[str, Any]:
         """Per queue: mode, capacity (HardReserved / Weighted), in-flight and available permits,
-        as the snapshot row holds them (``awa_django.worker.snapshot.QueueSnapshot.to_json``)."""
+        as the snapshot row holds them (``awa_django.snapshot.QueueSnapshot.to_json``)."""
         return queues_to_json(self.snapshots.queues(available_rows))
 
     def flags(self) -> WorkerFlags:

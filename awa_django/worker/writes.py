@@ -4,7 +4,9 @@ The worker's batch writer (``completer``) and in-process execution (``awa_django
 write outcomes through ``outcome_writes``, so a state is stored the same way whoever ran the
 attempt. A bare completion (no result, no progress) goes to ``complete_jobs``, the cheap
 statement of the common case; every other outcome goes to ``finalize_jobs``. Both match
-(id, running, run_lease) and return the ids they wrote.
+(id, running, run_lease) and return the ids they wrote. A durable job parked in a wait is
+followed by ``wake_signalled_jobs``, which wakes it if its event came while it parked (it returns
+a subset of the ids just written).
 
 Pure: no I/O.
 """
@@ -73,4 +75,9 @@ def outcome_writes(entries: Sequence[Finished]) -> list[tuple[str, dict[str, Any
                 },
             )
         )
+        waits = [e.job for e in final if e.outcome.waits_event]
+        if waits:  # after the park, in the same transaction: an event that came meanwhile wakes it
+            writes.append(
+                ("wake_signalled_jobs", {"ids": [job.id for job in waits], "leases": [job.run_lease for job in waits]})
+            )
     return writes

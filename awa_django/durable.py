@@ -1,0 +1,266 @@
+"""Durable jobs: a handler's steps, sleeps and waits, kept in the database across its attempts.
+
+The model is replay (docs/guide/durable-jobs.md). Each attempt runs the handler from the top; a
+step that completed in an earlier attempt returns its stored result without running again. So:
+
+- ``step(name, fn)``: the first time, runs ``fn`` and stores its JSON result (``awa_job_step``)
+  before returning it; afterwards, returns the stored result. The record is written on the
+  handler's Django connection to the jobs' database: inside an atomic handler's transaction it
+  commits with it (and rolls back with it); elsewhere it commits on its own as the step ends.
+  The first record of a name wins (a rescued attempt's late record is not written over).
+- ``sleep``: recorded as a step with its wake time; the attempt ends at once (``Parked``), the
+  job is ``scheduled`` for the wake time with its attempt given back, and its slot is freed. On
+  resume the handler runs from the top and the sleep returns at once (or parks again for what is
+  left, if something woke the job early).
+- ``wait_for``: takes the oldest event of that name sent to the job (``awa_job_event``: kept from
+  whenever it was sent) and records its payload as the wait's result. With none, the wait is
+  recorded in force (no ``finished_at``) and the job parks: ``scheduled`` at its deadline, or
+  ``waiting`` without one; neither state is in a claim index. A signal wakes it
+  (``awa_django.services.signals``). At the deadline with no event, the wait ends timed out and
+  ``WaitTimeout`` is raised, then and at every later attempt.
+
+No lost wake-up: a signal locks the job's row before it keeps its event (lock_signalled_job), and
+the writer that parks a job in a wait looks for its event again in a later statement of the same
+transaction (wake_signalled_jobs). Whichever of the two takes the row first, the other sees it.
+
+Step names are unique within a job: a second use in one run is ``DuplicateStepError``. Sleeps and
+waits get names of their own when not given one (``sleep#1``, ``wait:<event>#1``, counted in the
+order the run reaches them). Stored steps are matched by name alone: see the guide's "Versioning".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.db import connections
+
+from awa_django.conf import awa_settings
+from awa_django.exceptions import (
+    DuplicateStepError,
+    StepError,
+    StepKindMismatchError,
+    UnstorableStepResultError,
+    WaitTimeout,
+)
+from awa_django.sql import statements
+from awa_django.states import JobState
+from awa_django.storable import to_json
+from awa_django.validation import UnstorableValueError
+
+STEP, SLEEP, WAIT = "step", "sleep", "wait"  # awa_job_step.kind (models.StepKind)
+
+
+class Parked(BaseException):
+    """Ends the attempt at once: the job parks (a sleep, or a wait with no event yet), with the
+    outcome ``JobContext.parked``. A ``BaseException``, so a handler's ``except Exception`` does not
+    swallow it; should a handler swallow it anyway, the attempt still parks when it returns."""
+
+
+class Park(NamedTuple):
+    """How an attempt parks: the job's next state (scheduled or waiting), seconds until its run_at
+    (None keeps it), and whether it waits for an event (the writer then looks for one that came
+    meanwhile). Its attempt is given back (``JobContext.parked``, the ``Outcome``)."""
+
+    state: JobState
+    delay: float | None
+    waits_event: bool
+
+
+class StoredStep(NamedTuple):
+    kind: str
+    result: Any
+    finished_at: datetime | None
+    wake_at: datetime | None
+    timed_out: bool
+    event: str | None
+
+
+def _loads(value: Any) -> Any:
+    """A jsonb column as read through Django's cursor (which leaves jsonb as text)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+class Steps:
+    """One attempt's view of its job's steps: read once, at the first step, sleep or wait."""
+
+    __slots__ = ("_clock", "_counts", "_stored", "_used", "alias", "attempt", "job_id", "parked")
+
+    def __init__(self, job_id: int, attempt: int, alias: str | None = None) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.alias = alias or awa_settings().DATABASE_ALIAS
+        self._stored: dict[str, StoredStep] | None = None
+        self._clock: tuple[datetime, float] | None = None  # the database's clock, and monotonic() then
+        self._used: set[str] = set()  # names used in this run
+        self._counts: dict[str, int] = {}  # default names given, by prefix
+        self.parked: Park | None = None  # set when a sleep or wait parked this attempt
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, StoredStep]:
+        if self._stored is None:
+            stored: dict[str, StoredStep] = {}
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(statements["read_job_steps"], {"job": self.job_id})
+                rows = cursor.fetchall()
+            for name, kind, result, finished_at, wake_at, timed_out, event, now in rows:
+                if name is not None:
+                    stored[name] = StoredStep(kind, _loads(result), finished_at, wake_at, bool(timed_out), event)
+                self._clock = (now, time.monotonic())
+            self._stored = stored
+        return self._stored
+
+    def now(self) -> datetime:
+        """The database's clock, as read with the steps and advanced by this process's since."""
+        self._load()
+        assert self._clock is not None
+        read, at = self._clock
+        return read + timedelta(seconds=time.monotonic() - at)
+
+    def _use(self, name: str, kind: str) -> StoredStep | None:
+        """Claim ``name`` for this run; the stored step of that name, if any."""
+        if self.parked is not None:  # the handler swallowed Parked and went on: park again
+            raise Parked
+        if not isinstance(name, str) or not name:
+            raise StepError(self.job_id, str(name), "a step name must be a non-empty string")
+        if name in self._used:
+            raise DuplicateStepError(self.job_id, name)
+        stored = self._load().get(name)
+        if stored is not None and stored.kind != kind:
+            raise StepKindMismatchError(self.job_id, name, stored.kind, kind)
+        self._used.add(name)
+        return stored
+
+    def default_name(self, prefix: str) -> str:
+        n = self._counts[prefix] = self._counts.get(prefix, 0) + 1
+        return f"{prefix}#{n}"
+
+    def _insert(self, name: str, kind: str, **values: Any) -> bool:
+        params: dict[str, Any] = {"job": self.job_id, "name": name, "kind": kind, "attempt": self.attempt}
+        params.update({"result": None, "ran": None, "delay": None, "event": None}, **values)
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(statements["insert_job_step"], params)
+            return cursor.fetchone() is not None
+
+    def _reread(self, name: str) -> StoredStep:
+        """The step another attempt of the job stored first (our insert found it there)."""
+        self._stored = None
+        stored = self._load().get(name)
+        if stored is None:  # the insert conflicted with a row it cannot now see: a bug, say so
+            raise StepError(self.job_id, name, "its record was there when written, and gone when read back")
+        return stored
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def begin(self, name: str) -> tuple[bool, Any]:
+        """(True, stored result) for a step done in an earlier attempt; (False, None) to run it."""
+        stored = self._use(name, STEP)
+        return (True, stored.result) if stored is not None else (False, None)
+
+    def abandon(self, name: str) -> None:
+        """The step's function raised: nothing was stored, and the name may be used again."""
+        self._used.discard(name)
+
+    def record(self, name: str, result: Any, ran: float) -> Any:
+        """Store the step's result; what every later attempt gets (a JSON round trip of it)."""
+        try:
+            text = to_json(result, f"the result of step {name!r}")
+        except UnstorableValueError as exc:
+            raise UnstorableStepResultError(self.job_id, name, str(exc)) from None
+        if not self._insert(name, STEP, result=text, ran=ran):
+            return self._reread(name).result
+        value = json.loads(text)
+        assert self._stored is not None
+        self._stored[name] = StoredStep(STEP, value, None, None, False, None)
+        return value
+
+    # --- sleeps -----------------------------------------------------------------------------
+
+    def sleep(self, seconds: float, name: str | None) -> Park | None:
+        """None when the sleep is over; else the parking outcome (the caller raises Parked)."""
+        name = name or self.default_name(SLEEP)
+        stored = self._use(name, SLEEP)
+        if stored is None:
+            if not self._insert(name, SLEEP, delay=seconds):
+                stored = self._reread(name)
+            elif seconds <= 0:
+                return None
+            else:
+                remaining = seconds
+        if stored is not None:
+            assert stored.wake_at is not None
+            remaining = (stored.wake_at - self.now()).total_seconds()
+            if remaining <= 0:
+                return None
+        return self._park(Park(JobState.SCHEDULED, remaining, False))
+
+    def seconds_until(self, when: datetime) -> float:
+        if when.tzinfo is None:
+            raise StepError(
+                self.job_id, "sleep_until", f"sleep_until({when!r}) needs an aware datetime (with a time zone)"
+            )
+        return (when - self.now()).total_seconds()
+
+    # --- waits ------------------------------------------------------------------------------
+
+    def wait_for(self, event: str, timeout: float | None, name: str | None) -> tuple[Park | None, Any]:
+        """(None, payload) when an event came; (parking outcome, None) to park.
+        ``WaitTimeout`` at the deadline with none."""
+        if not isinstance(event, str) or not event:
+            raise StepError(self.job_id, str(name), f"wait_for({event!r}): the event must be a non-empty string")
+        name = name or self.default_name(f"{WAIT}:{event}")
+        stored = self._use(name, WAIT)
+        if stored is not None:
+            if stored.event != event:
+                raise StepError(
+                    self.job_id,
+                    name,
+                    f"stored as a wait for {stored.event!r}, used now for {event!r} (the code changed while the "
+                    "job was parked); give the new wait a new name",
+                )
+            if stored.finished_at is not None:
+                if stored.timed_out:
+                    raise WaitTimeout(self.job_id, name, event)
+                return None, stored.result
+        params: dict[str, Any] = {"job": self.job_id, "name": name, "event": event, "attempt": self.attempt}
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(statements["take_job_event"], params)
+            taken = cursor.fetchone()
+        if taken is not None:
+            payload = _loads(taken[0])
+            self._load()[name] = StoredStep(WAIT, payload, self.now(), None, False, event)
+            return None, payload
+        remaining: float | None
+        if stored is None:
+            if timeout is not None and timeout <= 0:
+                raise StepError(self.job_id, name, f"wait_for timeout={timeout!r}: give a positive number of seconds")
+            if not self._insert(name, WAIT, delay=timeout, event=event):
+                return self._again(event, timeout, name)
+            remaining = timeout
+        elif stored.wake_at is None:
+            remaining = None
+        else:
+            remaining = (stored.wake_at - self.now()).total_seconds()
+            if remaining <= 0:
+                with connections[self.alias].cursor() as cursor:
+                    cursor.execute(statements["end_job_wait"], {"job": self.job_id, "name": name})
+                    ended = cursor.fetchone() is not None
+                if not ended:  # an event was taken meanwhile by another attempt: read it
+                    return self._again(event, timeout, name)
+                raise WaitTimeout(self.job_id, name, event)
+        if remaining is None:
+            return self._park(Park(JobState.WAITING, None, True)), None
+        return self._park(Park(JobState.SCHEDULED, remaining, True)), None
+
+    def _again(self, event: str, timeout: float | None, name: str) -> tuple[Park | None, Any]:
+        """The wait's record changed under us (another attempt of the job): read it and decide again."""
+        self._stored = None
+        self._used.discard(name)
+        return self.wait_for(event, timeout, name)
+
+    def _park(self, park: Park) -> Park:
+        self.parked = park
+        return park
