@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker import JobContext, QueueConfig, Worker, WorkerConfig
+from awa_django.worker.claims import Claim
 from awa_django.worker.context import ClaimedJob
 from awa_django.worker.listener import BacklogProbe
 from tests.harness import make_config, running_worker, wait_until
@@ -80,17 +81,18 @@ def test_look_now_while_the_queue_claims__it_looks_again_after_its_claim(global_
         loop, runner = worker.loop, worker.runners[QUEUE]
         assert loop is not None
         claimed, let_go = threading.Event(), threading.Event()
-        claim = runner._claim
+        source = runner.source
+        run = source.run
 
-        async def held_claim(limit: int) -> tuple[list[ClaimedJob], bool | None]:
-            got = await claim(limit)
+        async def held_run(pool: Any, claim: Claim, looks: Any) -> list[ClaimedJob]:
+            got = await run(pool, claim, looks)
             if not claimed.is_set():
-                assert got[0] == [], got  # the queue is empty when this claim runs
+                assert got == [], got  # the queue is empty when this claim runs
                 claimed.set()
                 await loop.run_in_executor(None, let_go.wait)
             return got
 
-        runner._claim = held_claim  # type: ignore[method-assign]
+        source.run = held_run  # type: ignore[method-assign]
         loop.call_soon_threadsafe(runner.nudge)
         wait_until(claimed.is_set, what="the runner's claim ran")
         # Committed after the claim's statement: with LISTEN off nobody announces it.

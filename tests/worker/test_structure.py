@@ -90,7 +90,7 @@ def test_runner_state__is_private_and_read_only() -> None:
 
 def test_runner_state__no_module_outside_the_runner_assigns_it() -> None:
     state = _runner_state()
-    assert {"_hungry", "_nudges", "_claimed", "_bucket", "_lanes", "_hand_overs_out"} <= state
+    assert {"_hungry", "_nudges", "_claimed", "_bucket", "_source", "_claims_out"} <= state
     writes = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         if path == RUNNER or "migrations" in path.parts:
