@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
 from awa_django.sql import statements
+from awa_django.worker.backlog import Backlog, ProbeSeen, Verdict
 from awa_django.worker.claims import Claim, ClaimSource
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.context import ClaimedJob
@@ -74,19 +75,10 @@ class QueueRunner:
         self._config = config
         self._bucket: TokenBucket | None = None
         self._wake = asyncio.Event()
-        # True while the queue is believed to have backlog: after a claim that filled every permit,
-        # a NOTIFY, the backlog probe (which runs first thing at start), or a settings change
-        # (``nudge``). Only then does it ask for permits, so an empty queue never contends.
-        self._hungry = False
-        self._nudges = 0  # counts nudges, so a verdict taken before one does not overrule it
-        self._polling = False
-        # Looks at the queue's due jobs begun (claims; arrival reads and sweeps, keyed): a look begun
-        # after a request to look now answers it (the backlog probe's owed looks, listener.py).
-        self._looks_begun = 0
+        # Whether the queue may have due jobs (backlog.py): only then does it ask for permits, so
+        # an empty queue never contends and an idle one issues no query.
+        self._backlog = Backlog()
         self._claimed = 0
-        # This queue's hand-over claims still out (the writer may have one in each of its writes in
-        # flight), until each answers or is abandoned.
-        self._claims_out: list[Claim] = []
         # The queue's fair-key settings (None until read, before its first claim) and its source.
         self._key_settings: QueueKeySettings | None = None
         self._source: ClaimSource = PlainSource(config.name, runners.worker, self._replace)
@@ -107,23 +99,22 @@ class QueueRunner:
         return self._source
 
     @property
+    def backlog(self) -> Backlog:
+        return self._backlog
+
+    @property
     def hungry(self) -> bool:
-        return self._hungry
+        return self._backlog.hungry
 
     @property
     def polling(self) -> bool:
         """Its own poll is under way (the probe passes over it: the poll's claim looks itself)."""
-        return self._polling
-
-    @property
-    def looks_begun(self) -> int:
-        """How many looks at its queue's due jobs it has begun (claims; arrival reads and sweeps)."""
-        return self._looks_begun
+        return self._backlog.polling
 
     @property
     def claiming(self) -> bool:
         """A claim of this queue is under way: its own poll, or a hand-over claim not yet answered."""
-        return self._polling or bool(self._claims_out)
+        return self._backlog.polling or self._backlog.claims_out > 0
 
     @property
     def claimed_total(self) -> int:
@@ -159,8 +150,7 @@ class QueueRunner:
 
     def nudge(self) -> None:
         """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""
-        self._nudges += 1
-        self._hungry = True
+        self._backlog.announced()
         self._source.announced()
         self._wake.set()
 
@@ -200,35 +190,27 @@ class QueueRunner:
 
     def demand(self) -> int:
         """What it asks of the cluster: ``wanted`` while it has backlog and is not paused, else 0."""
-        return self.wanted if self._hungry and not self._config.paused else 0
+        return self.wanted if self._backlog.hungry and not self._config.paused else 0
 
-    def probe_seen(self) -> int | None:
-        """The nudge count the backlog probe's verdict will be judged against, or None when the
-        probe should not look at this queue (paused, or its own claim is under way)."""
-        return None if self._config.paused or self._polling else self._nudges
+    def probe_seen(self) -> ProbeSeen | None:
+        """What the backlog probe's verdict will be judged against, or None when the probe should
+        not look at this queue (paused, or its own claim is under way)."""
+        return self._backlog.probe_seen(paused=self._config.paused)
 
-    def backlog_verdict(self, ready: bool, seen: int) -> None:
-        """The backlog probe's answer for this queue, asked when its nudge count was ``seen``:
-        wake it if it has due jobs and sleeps, or if a hand-over claim of it is out (that claim may
-        have begun before the jobs were committed); if it has none but believes it has, it ran dry
-        (another worker took the jobs a NOTIFY announced), unless it holds permits (its jobs'
-        hand-over will tell), or its source sees jobs the probe does not (keyed: behind the
-        discovery cursors; the keyed claim decides)."""
-        if self._polling or self._nudges != seen:
-            return  # it looked, or was told of new jobs, after the query: it knows better
-        if ready:
-            # Asleep: wake it. A hand-over claim out may have begun before these jobs were
-            # committed: nudged, the queue does not take that claim's short answer for running dry.
-            if not self._hungry or self._claims_out:
-                logger.debug("backlog probe wakes queue=%s", self.name)
-                self.nudge()
-        elif (
-            self._hungry
-            and self._source.probe_sees_all
-            and self._runners.allocator.serves(self.name)
-            and not self._runners.allocator.in_flight(self.name)
-        ):
-            self._ran_dry(seen)
+    def backlog_verdict(self, ready: bool, seen: ProbeSeen) -> None:
+        """The backlog probe's answer for this queue, asked as of ``seen`` (``Backlog.verdict``):
+        "none" stands it down only while no job of it holds a permit (their hand-over will tell)
+        and its source sees no more than the probe does (keyed: jobs behind the discovery cursors;
+        the keyed claim decides)."""
+        allocator = self._runners.allocator
+        sees_all = self._source.probe_sees_all and allocator.serves(self.name) and not allocator.in_flight(self.name)
+        verdict = self._backlog.verdict(ready, seen, sees_all=sees_all)
+        if verdict is Verdict.LOOK:
+            logger.debug("backlog probe wakes queue=%s", self.name)
+            self._source.announced()
+            self._wake.set()
+        elif verdict is Verdict.DRY:
+            self._stand_down()
 
     def found_behind(self, priority: int, key: Key) -> None:
         """Lane rewind: the look-behind saw a due job behind this lane's cursor, so the next claim
@@ -239,14 +221,6 @@ class QueueRunner:
     def looking(self) -> list[tuple[int, Key]]:
         """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
         return self._source.lanes.looking()
-
-    # --- what its source tells it (claims.Looks) -------------------------------------------
-
-    def look_began(self) -> None:
-        self._looks_begun += 1
-
-    def found(self) -> None:
-        self._hungry = True
 
     # --- the hand-over (the writer passes permits straight to the next jobs) ---------------
 
@@ -263,7 +237,9 @@ class QueueRunner:
         now (``_top_up``): a fan-out's head frees one permit and releases thousands of steps."""
         if self._config.paused:
             return None
-        if not self._hungry and not (releasing and self._runners.allocator.in_flight(self.name) <= len(permits)):
+        if not self._backlog.hungry and not (
+            releasing and self._runners.allocator.in_flight(self.name) <= len(permits)
+        ):
             return None  # an idle queue: nothing to claim
         kept = self._source.keepable(self._runners.allocator.keepable(self.name, permits))
         if self._bucket is not None and kept:
@@ -278,7 +254,7 @@ class QueueRunner:
         taken here, before the claim, as it would take them, and the claim to fill them. None
         while it would not claim (paused, no backlog, its source cannot hand over now, or a claim
         of its own under way)."""
-        if self._config.paused or not self._hungry or self.claiming or not self._source.hands_over:
+        if self._config.paused or not self._backlog.hungry or self.claiming or not self._source.hands_over:
             return None
         permits = self._top_up(now)
         if not permits:
@@ -313,28 +289,21 @@ class QueueRunner:
             self._bucket.refund(len(slots) - used)
         release_all(slots[max(used, len(kept)) :])
         if claim is not None:
-            self._claims_out.append(claim)
+            self._backlog.claim_out()
         return claim
 
     def adopt(self, jobs: list[ClaimedJob], claim: Claim, *, claim_ran: bool) -> None:
         """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was
         refused): start them on the claim's permits, give back the rest."""
-        self._answered(claim)
+        self._backlog.claim_back()
         self._settled(claim, jobs if claim_ran else None)
 
     def abandon(self, claim: Claim) -> None:
         """The write carrying this hand-over claim stopped before it answered (the worker
         stopping): its source takes it back (rewinds pending again, grants returned); the writer
         releases its permits."""
-        self._answered(claim)
+        self._backlog.claim_back()
         claim.source.settle(claim, None)
-
-    def _answered(self, claim: Claim) -> None:
-        """The claim is no longer out."""
-        for index, out in enumerate(self._claims_out):
-            if out is claim:
-                del self._claims_out[index]
-                return
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -371,27 +340,27 @@ class QueueRunner:
             source = None
             while source is not self._source:  # a source may replace itself as it looks
                 source = self._source
-                await source.discover(self._runners.pool, self)
-        self._polling = True
+                await source.discover(self._runners.pool, self._backlog)
+        self._backlog.poll_began()
         try:
             return await self._poll()
         finally:
-            self._polling = False
+            self._backlog.poll_ended()
 
     async def _poll(self) -> float | None:
+        backlog, source = self._backlog, self._source
         if self._config.paused:
-            self._hungry = False
+            backlog.stood_down()
             self._stand_down()
             return None
-        source = self._source
-        if not self._hungry:
+        if not backlog.hungry:
             return source.next_look(time.monotonic())
-        seen = self._nudges
-        ready = await source.ready(self._runners.pool, self, lambda: self._nudges != seen)
+        seen = backlog.generation
+        ready = await source.ready(self._runners.pool, backlog, lambda: backlog.announced_since(seen))
         if not ready:
             if ready is False:
                 self._ran_dry(seen, own_claim=True)
-            return 0 if self._hungry else source.next_look(time.monotonic())
+            return 0 if backlog.hungry else source.next_look(time.monotonic())
         # A queue without rate tokens cannot use a slot now: it does not contend meanwhile.
         now = time.monotonic()
         wanted = self.wanted
@@ -414,10 +383,10 @@ class QueueRunner:
         claim = self._plan(permits, seen)
         if claim is None:
             self._give_back(permits)
-            return 0 if self._hungry else source.next_look(time.monotonic())
+            return 0 if backlog.hungry else source.next_look(time.monotonic())
         self._give_back(permits[len(claim.permits) :])
         try:
-            jobs = await source.run(self._runners.pool, claim, self)
+            jobs = await source.run(self._runners.pool, claim, backlog)
         except BaseException:
             self._give_back(claim.permits)
             source.settle(claim, None)
@@ -432,11 +401,12 @@ class QueueRunner:
             )
         # 4. to 6.
         self._settled(claim, jobs, own_claim=True)
-        return 0 if self._hungry else self._source.next_look(time.monotonic())
+        return 0 if backlog.hungry else self._source.next_look(time.monotonic())
 
     def _plan(self, permits: list[Permit], seen: int | None = None) -> Claim | None:
-        """The source's claim for these permits, as of the nudge count ``seen`` (default: now)."""
-        return self._source.plan(permits, self._config.deadline, self._nudges if seen is None else seen)
+        """The source's claim for these permits, as of the announcement count ``seen`` (default: now)."""
+        generation = self._backlog.generation if seen is None else seen
+        return self._source.plan(permits, self._config.deadline, generation)
 
     def _settled(self, claim: Claim, jobs: list[ClaimedJob] | None, *, own_claim: bool = False) -> None:
         """A claim came back with ``jobs`` (None: it never ran, its batch was refused): its source
@@ -472,19 +442,16 @@ class QueueRunner:
     def _claimable(self) -> None:
         """Something may be claimable now that was not: look, unless paused."""
         if not self._config.paused:
-            self._hungry = True
+            self._backlog.found()
             self._wake.set()
 
     # --- the rules, each written once -------------------------------------------------------
 
     def _ran_dry(self, seen: int, *, own_claim: bool = False) -> None:
-        """The queue had no more due jobs, by a look taken when the nudge count was ``seen``: it
-        stops contending, unless it was nudged since (new jobs may have come) or, for a look other
-        than its own claim, its own claim is under way (that claim decides)."""
-        if self._nudges != seen or (self._polling and not own_claim):
-            return
-        self._hungry = False
-        self._stand_down()
+        """The queue had no more due jobs, by a look taken at announcement count ``seen``: it stops
+        contending, if its backlog believes it (``Backlog.looked_dry``)."""
+        if self._backlog.looked_dry(seen, own=own_claim):
+            self._stand_down()
 
     def _give_back(self, permits: Sequence[Permit]) -> None:
         """Permits no job of this queue will use: released (each release wakes only who may take
@@ -606,30 +573,12 @@ class Runners(Mapping[str, QueueRunner]):
         runner = self._runners.get(queue)
         return runner.claiming if runner is not None else False
 
-    def polls_under_way(self) -> dict[str, int]:
-        """{queue: ``looks_begun``} of the queues (not paused) whose own poll is under way."""
-        return {
-            name: runner.looks_begun
-            for name, runner in self._runners.items()
-            if runner.polling and not runner.config.paused
-        }
-
-    def poll_under_way(self, queue: str) -> bool:
-        """Whether the queue's own poll is under way."""
-        runner = self._runners.get(queue)
-        return runner is not None and runner.polling
-
-    def looks_begun(self, queue: str) -> int | None:
-        """How many looks at its due jobs the queue has begun; None if it is paused or not served."""
-        runner = self._runners.get(queue)
-        return None if runner is None or runner.config.paused else runner.looks_begun
-
-    def probe_candidates(self) -> dict[str, int]:
-        """{queue: nudge count} of the queues the backlog probe should look at now."""
+    def probe_candidates(self) -> dict[str, ProbeSeen]:
+        """{queue: what its verdict is judged against} of the queues the backlog probe should look at now."""
         seen = {name: runner.probe_seen() for name, runner in self._runners.items()}
         return {name: n for name, n in seen.items() if n is not None}
 
-    def backlog_verdict(self, queue: str, ready: bool, seen: int) -> None:
+    def backlog_verdict(self, queue: str, ready: bool, seen: ProbeSeen) -> None:
         runner = self._runners.get(queue)
         if runner is not None:
             runner.backlog_verdict(ready, seen)
