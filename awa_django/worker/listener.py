@@ -121,7 +121,7 @@ class BacklogProbe:
         runners = self.runtime.runners
         params: dict[str, list[Any]] = {"queues": [], "lanes": [], "after_run_at": [], "after_id": []}
         for name in queues:
-            for priority, key in enumerate(runners.lane_cursors(name), start=1):
+            for priority, key in enumerate(runners[name].lane_cursors, start=1):
                 params["queues"].append(name)
                 params["lanes"].append(priority)
                 params["after_run_at"].append(None if key is None else key[0])
@@ -152,7 +152,9 @@ class BacklogProbe:
                 await self._rest(failed=True)
                 continue
             for name, token in seen.items():
-                runners.backlog_verdict(name, name in ready, token)
+                runner = runners.get(name)
+                if runner is not None:
+                    runner.backlog_verdict(name in ready, token)
             runners.wake_waiting()
             await self._rest()
 
@@ -246,14 +248,18 @@ class Listener:
 
     def on_notify(self, channel: str, payload: str) -> None:
         logger.debug("notified channel=%s payload=%s", channel, payload)
+        runners = self.runtime.runners
         if channel == JOBS_CHANNEL:
-            self.runtime.runners.nudge(payload)
+            runner = runners.get(payload)
+            if runner is not None:
+                runner.nudge()
         elif channel == QUEUES_CHANNEL:
             self.reconfigure_soon()
         elif channel == FREED_KEYS_CHANNEL:
             freed = parse_freed(payload)
-            if freed is not None:
-                self.runtime.runners.key_freed(*freed)
+            runner = None if freed is None else runners.get(freed[0])
+            if freed is not None and runner is not None:
+                runner.key_freed(freed[1])
         elif channel == CANCEL_CHANNEL:
             with contextlib.suppress(ValueError):
                 entry = self.runtime.attempts.in_flight.get(int(payload))

@@ -41,7 +41,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -487,8 +486,10 @@ class QueueRunner:
 class Runners(Mapping[str, QueueRunner]):
     """This worker's queue runners by name, and what they share: the allocator, the pool, the stop.
 
-    The other parts of the worker reach a queue through these methods, by name. It is also the
-    writer's ``HandOver``: it splits the freed permits by queue and lets each runner decide.
+    A mapping: the other parts of the worker reach a queue's runner by name (``runners.get(queue)``)
+    and ask it. Beside that, it routes the writer's freed permits (``HandOver``): it splits them by
+    queue, lets each runner decide, passes the spare ones across, and returns each claim's answer
+    to its runner.
     """
 
     def __init__(
@@ -551,37 +552,10 @@ class Runners(Mapping[str, QueueRunner]):
         for runner in self._runners.values():
             runner.wake()
 
-    def nudge(self, queue: str) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.nudge()
-
-    def key_freed(self, queue: str, key: str) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.key_freed(key)
-
-    def deadline(self, queue: str) -> float | None:
-        runner = self._runners.get(queue)
-        return runner.config.deadline if runner is not None else None
-
-    def paused(self, queue: str) -> bool:
-        runner = self._runners.get(queue)
-        return runner.config.paused if runner is not None else False
-
-    def claiming(self, queue: str) -> bool:
-        runner = self._runners.get(queue)
-        return runner.claiming if runner is not None else False
-
     def probe_candidates(self) -> dict[str, ProbeSeen]:
         """{queue: what its verdict is judged against} of the queues the backlog probe should look at now."""
         seen = {name: runner.probe_seen() for name, runner in self._runners.items()}
         return {name: n for name, n in seen.items() if n is not None}
-
-    def backlog_verdict(self, queue: str, ready: bool, seen: ProbeSeen) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.backlog_verdict(ready, seen)
 
     def apply_keys(self, settings: Mapping[str, QueueKeySettings]) -> None:
         """Each served queue's fair-key settings, re-read on the reload tick."""
@@ -589,9 +563,6 @@ class Runners(Mapping[str, QueueRunner]):
             runner = self._runners.get(name)
             if runner is not None:
                 runner.apply_keys(queue_settings)
-
-    def lane_cursors(self, queue: str) -> list[Key | None]:
-        return self._runners[queue].lane_cursors
 
     def looking(self) -> list[tuple[str, int, Key]]:
         """(queue, priority, cursor) of every lane with a cursor, for the look-behind."""
@@ -604,11 +575,6 @@ class Runners(Mapping[str, QueueRunner]):
             for lane, key in enumerate(runner._source.lanes.live, 1)
             if key is not None
         ]
-
-    def found_behind(self, queue: str, priority: int, key: tuple[datetime, int]) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.found_behind(priority, key)
 
     def queue_use(self) -> dict[str, tuple[int, int]]:
         """{queue: (held, demand)} for capacity scope "cluster": demand only while the queue has

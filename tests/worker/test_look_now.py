@@ -149,15 +149,16 @@ def test_backlog_seen_while_a_hand_over_claims__the_queue_looks_again_after_it()
                 await loop.run_in_executor(None, let_go.wait)
             return written, claimed
 
-        verdict = runners.backlog_verdict
+        runner = runners[QUEUE]
+        verdict = runner.backlog_verdict
 
-        def noted_verdict(queue: str, ready: bool, seen: ProbeSeen) -> None:
-            verdict(queue, ready, seen)
-            if queue == QUEUE and ready:
+        def noted_verdict(ready: bool, seen: ProbeSeen) -> None:
+            verdict(ready, seen)
+            if ready:
                 judged.set()
 
         worker.completer._write = held_write  # type: ignore[method-assign]
-        runners.backlog_verdict = noted_verdict  # type: ignore[method-assign]
+        runner.backlog_verdict = noted_verdict  # type: ignore[method-assign]
         gates.open(first)
         wait_until(handed.is_set, what="the hand-over claim came back empty")
         third = Job.objects.enqueue("gated", queue=QUEUE).pk  # LISTEN off: nobody announces it
