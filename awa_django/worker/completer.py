@@ -49,12 +49,13 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Permit, release_all
-from awa_django.context import ClaimedJob, ClaimRows, Outcome
+from awa_django.context import ClaimedJob, Outcome
 from awa_django.observability.joblog import log_job
 from awa_django.observability.sink import REFUSALS
 from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.storable import escape_text
+from awa_django.worker.claims import Claim
 from awa_django.worker.db import retrying
 from awa_django.worker.keyed import freed_keys
 from awa_django.worker.writes import outcome_writes
@@ -76,33 +77,21 @@ STUCK_AFTER = 0.5  # seconds
 WRITE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, UnicodeError, ValueError, TypeError)
 
 
-@dataclass(frozen=True, slots=True)
-class HandOverClaim:
-    """Permits a queue's runner keeps for its next jobs, and the claim's parameters to fill them
-    (``statement``: claim_jobs, or claim_keyed_jobs for a queue sharing its slots by fair key);
-    ``rows`` reads the claim's rows and keeps whether it left a due job (``ClaimRows.more``)."""
-
-    permits: list[Permit]
-    params: dict[str, Any]
-    statement: str = "claim_jobs"
-    rows: ClaimRows = field(default_factory=ClaimRows)
-
-
 class HandOver(Protocol):
     """What the writer needs to pass permits straight to the next jobs (the queues' runners)."""
 
-    def plan_hand_over(self, permits: Sequence[Permit], releasing: frozenset[str]) -> dict[str, HandOverClaim]:
+    def plan_hand_over(self, permits: Sequence[Permit], releasing: frozenset[str]) -> dict[str, Claim]:
         """{queue: the claim to run after the writes}; permits not named in it are released.
         ``releasing``: the queues of the batch's workflow steps, whose ends may make a dependent
         available in the same transaction (a chain's next step, in its queue)."""
         ...
 
-    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: Claim, *, claim_ran: bool) -> None:
         """Run the claimed jobs on the claim's permits; release the ones left unfilled. With
         ``claim_ran`` False the claim never ran (its batch was refused): the queue may still have jobs."""
         ...
 
-    def abandon(self, queue: str, claim: HandOverClaim) -> None:
+    def abandon(self, queue: str, claim: Claim) -> None:
         """The write carrying the claim stopped before it answered (the worker stopping); the
         writer releases the claim's permits."""
         ...
@@ -414,7 +403,7 @@ class Completer:
     async def _write(
         self,
         batch: list[_Finished],
-        plan: Mapping[str, HandOverClaim],
+        plan: Mapping[str, Claim],
         freed: Mapping[str, Any] | None = None,
     ) -> tuple[set[int], dict[str, list[ClaimedJob]]]:
         """One round trip: the completions, the other outcomes, the NOTIFY of the capped keys whose

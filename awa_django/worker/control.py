@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 
 from awa_django.sql import statements
 from awa_django.worker.config import QueueConfig
+from awa_django.worker.runner import QueueRunner
 from awa_django.worker.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -109,11 +110,7 @@ class Control:
         it is under way: a hold the settings path refused stays pending, and the refusal is
         logged); then, if a drain was asked, stop as SIGTERM does."""
         runners = self.runtime.runners
-        due = [
-            a
-            for a in self._answers
-            if a.waits_for is None or (runners.paused(a.waits_for) and not runners.claiming(a.waits_for))
-        ]
+        due = [a for a in self._answers if a.waits_for is None or _held(runners.get(a.waits_for))]
         if due:
             async with self.runtime.pool.connection() as conn:
                 await conn.execute(
@@ -124,3 +121,8 @@ class Control:
             self._seen -= {a.request_id for a in due}
         if self.draining and not self.runtime.stop.stopping:
             await self.on_drain()
+
+
+def _held(runner: QueueRunner | None) -> bool:
+    """The queue is paused here and no claim of it is under way."""
+    return runner is not None and runner.config.paused and not runner.claiming

@@ -65,7 +65,7 @@ class SnapshotWriter:
                 capacity=allocator.capacity(name),
                 in_flight=allocator.in_flight(name),
                 available=allocator.available(name),
-                paused=runners.paused(name),
+                paused=name in runners and runners[name].config.paused,
                 jobs_available=(available_rows or {}).get(name),
             )
             for name in allocator.queues

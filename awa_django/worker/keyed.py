@@ -83,8 +83,9 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django.concurrency import Permit
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import KeyShares
-from awa_django.context import ClaimedJob, claimed_job_row
+from awa_django.context import ClaimedJob, ClaimRows
 from awa_django.sql import FREED_KEYS_CHANNEL, statements
+from awa_django.worker.claims import Claim, Looks
 from awa_django.worker.lanes import LaneCursors
 
 logger = logging.getLogger(__name__)
@@ -260,49 +261,71 @@ class KeyedClaims:
 
     # --- the claim -------------------------------------------------------------------------
 
-    def hand_over_params(self, slots: int, deadline: float | None) -> dict[str, Any] | None:
-        """The writer's hand-over claim for ``slots`` freed slots (completer.py): the grants and
-        claim_keyed_jobs' parameters, or None (nothing to grant, or a capped key, whose claim
-        needs its lock and count first). ``settle_hand_over`` takes its answer."""
-        if self.settings.capped:
-            return None
+    def plan(self, slots: int, deadline: float | None) -> dict[str, Any] | None:
+        """The grants for ``slots`` slots and claim_keyed_jobs' parameters for them (``awarded``:
+        the grants), or None when no key is granted one. ``settle`` takes the claim's answer."""
         grants = self.shares.pick(slots)
         if not grants:
             return None
-        params = self._claim_params(grants, deadline)
+        params = self._claim_params(grants, None if deadline is None else timedelta(seconds=deadline))
         params["awarded"] = grants
         return params
 
-    def settle_hand_over(self, params: dict[str, Any], jobs: Sequence[ClaimedJob], *, claim_ran: bool) -> None:
-        grants: dict[str, int] = params["awarded"]
-        if claim_ran:
-            self._settle(grants, grants, jobs)
-            return
-        for key, granted in grants.items():
-            self.shares.returned(key, granted, 0, dry=False)
-        self.shares.unblock(list(grants))
-
     async def claim(self, pool: AsyncConnectionPool, slots: int, deadline: float | None) -> list[ClaimedJob]:
-        """Grant up to ``slots`` slots by key and claim them; each key's outcome goes back to the
-        allocator. Returns the claimed jobs (at most ``slots``)."""
-        grants = self.shares.pick(slots)
-        if not grants:
+        """Plan, run and settle one claim of up to ``slots`` slots (what ``KeyedSource`` does
+        through the runner's loop, in one call). Returns the claimed jobs."""
+        params = self.plan(slots, deadline)
+        if params is None:
             return []
-        settings = self.settings
-        capped = sorted(key for key in grants if settings.max_running(key) is not None)
-        counts = dict(grants)
         try:
-            if capped:
-                jobs, allowed = await self._claim_capped(pool, counts, capped, deadline)
-            else:
-                jobs, allowed = await self._run_claim(pool, None, counts, deadline), counts
+            jobs = await self.run(pool, params, ClaimRows())
         except BaseException:
-            for key, granted in grants.items():  # nothing was claimed: give every grant back
+            self.settle(params, None)
+            raise
+        self.settle(params, jobs)
+        return jobs
+
+    def settle(self, params: dict[str, Any], jobs: Sequence[ClaimedJob] | None) -> None:
+        """The claim planned with ``params`` returned ``jobs`` (None: it never ran, or failed, and
+        every grant goes back)."""
+        grants: dict[str, int] = params["awarded"]
+        if jobs is None:
+            for key, granted in grants.items():
                 self.shares.returned(key, granted, 0, dry=False)
             self.shares.unblock(list(grants))
-            raise
-        self._settle(grants, allowed, jobs)
-        return jobs
+            return
+        self._settle(grants, params.get("allowed", grants), jobs)
+
+    async def run(self, pool: AsyncConnectionPool, params: dict[str, Any], rows: ClaimRows) -> list[ClaimedJob]:
+        """Run the claim planned with ``params``: one statement, or, when its grants hold capped
+        keys, in the transaction that takes their locks and counts their running rows first
+        (``allowed``, kept in ``params``, is what the caps let it take)."""
+        grants: dict[str, int] = params["awarded"]
+        settings = self.settings
+        capped = sorted(key for key in grants if settings.max_running(key) is not None)
+        if not capped:
+            async with pool.connection() as conn, conn.cursor(row_factory=rows) as cur:
+                await cur.execute(statements["claim_keyed_jobs"], params)
+                return await cur.fetchall()
+        self.capped_claims += 1
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(statements["lock_fair_keys"], {"queue": self.queue, "keys": capped})
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(statements["count_running_keys"], {"queue": self.queue, "keys": capped})
+                running = {row["fair_key"]: int(row["running_count"]) for row in await cursor.fetchall()}
+            allowed = dict(grants)
+            for key in capped:
+                cap = settings.max_running(key)
+                assert cap is not None
+                allowed[key] = max(0, min(grants[key], cap - running.get(key, 0)))
+            params["allowed"] = allowed
+            wanted = {key: n for key, n in allowed.items() if n > 0}
+            if not wanted:
+                return []
+            narrowed = {**params, "grants": claim_grants(wanted, self.cursors)}
+            async with conn.cursor(row_factory=rows) as cur:
+                await cur.execute(statements["claim_keyed_jobs"], narrowed)
+                return await cur.fetchall()
 
     def _settle(self, grants: dict[str, int], allowed: dict[str, int], jobs: Sequence[ClaimedJob]) -> None:
         """A claim for ``grants`` (``allowed``: what the caps let it take) returned ``jobs``: move
@@ -329,45 +352,13 @@ class KeyedClaims:
                 self.blocked.add(key)
             self.shares.returned(key, granted, got, dry=dry)
 
-    async def _claim_capped(
-        self, pool: AsyncConnectionPool, counts: dict[str, int], capped: list[str], deadline: float | None
-    ) -> tuple[list[ClaimedJob], dict[str, int]]:
-        """The claim of a grant with capped keys, in the transaction that holds their locks."""
-        self.capped_claims += 1
-        settings = self.settings
-        async with pool.connection() as conn, conn.transaction():
-            await conn.execute(statements["lock_fair_keys"], {"queue": self.queue, "keys": capped})
-            async with conn.cursor(row_factory=dict_row) as cursor:
-                await cursor.execute(statements["count_running_keys"], {"queue": self.queue, "keys": capped})
-                running = {row["fair_key"]: int(row["running_count"]) for row in await cursor.fetchall()}
-            allowed = dict(counts)
-            for key in capped:
-                cap = settings.max_running(key)
-                assert cap is not None
-                allowed[key] = max(0, min(counts[key], cap - running.get(key, 0)))
-            wanted = {key: n for key, n in allowed.items() if n > 0}
-            jobs = await self._run_claim(pool, conn, wanted, deadline) if wanted else []
-        return jobs, allowed
-
-    def _claim_params(self, counts: dict[str, int], deadline: float | None) -> dict[str, Any]:
+    def _claim_params(self, counts: dict[str, int], deadline: timedelta | None) -> dict[str, Any]:
         return {
             "queue": self.queue,
             "grants": claim_grants(counts, self.cursors),
-            "deadline": None if deadline is None else timedelta(seconds=deadline),
+            "deadline": deadline,
             "worker": self.worker,
         }
-
-    async def _run_claim(
-        self, pool: AsyncConnectionPool, conn: Any, counts: dict[str, int], deadline: float | None
-    ) -> list[ClaimedJob]:
-        params = self._claim_params(counts, deadline)
-        if conn is not None:
-            async with conn.cursor(row_factory=claimed_job_row) as cur:
-                await cur.execute(statements["claim_keyed_jobs"], params)
-                return list(await cur.fetchall())
-        async with pool.connection() as own, own.cursor(row_factory=claimed_job_row) as cur:
-            await cur.execute(statements["claim_keyed_jobs"], params)
-            return list(await cur.fetchall())
 
     # --- attempts --------------------------------------------------------------------------
 
@@ -387,6 +378,113 @@ class KeyedClaims:
 
     def attempt_ended(self, key: str, seconds: float) -> None:
         self.shares.finished(key, seconds)
+
+
+class KeyedSource:
+    """The claim source of a queue sharing its slots by fair key (claims.py: ``ClaimSource``).
+
+    Discovery before the claim (the first sweep when it starts, then the sweep when due, the
+    arrivals when new jobs were announced), then grants by ``KeyShares`` and claim_keyed_jobs. Its
+    lane cursors are discovery cursors: the look-behind leaves them alone (the sweep finds what lies
+    behind), and the backlog probe's "nothing past the cursors" does not mean the queue ran dry."""
+
+    rewinds_lanes = False
+    probe_sees_all = False
+
+    def __init__(self, queue: str, settings: QueueKeySettings, worker: str, lanes: LaneCursors) -> None:
+        self.claims = KeyedClaims(queue, settings, worker)
+        self.lanes = lanes
+
+    def announced(self) -> None:
+        self.claims.arrivals_announced()
+
+    async def discover(self, pool: AsyncConnectionPool, looks: Looks) -> None:
+        claims = self.claims
+        if not claims.started:
+            looks.look_began()
+            await claims.start(pool, self.lanes)
+            looks.found()
+        elif claims.sweep_due(time.monotonic()):
+            looks.look_began()
+            if await claims.sweep(pool):
+                looks.found()
+
+    async def ready(self, pool: AsyncConnectionPool, looks: Looks, since: Callable[[], bool]) -> bool | None:
+        claims = self.claims
+        if claims.arrivals_pending:
+            looks.look_began()
+            await claims.read_arrivals(pool, self.lanes)
+            if since():
+                claims.arrivals_announced()  # during the read, perhaps after its snapshot: read again
+        if claims.shares.has_eligible():
+            return True
+        return None if claims.arrivals_pending else False
+
+    def next_look(self, now: float) -> float | None:
+        return self.claims.sweep_in(now)
+
+    @property
+    def hands_over(self) -> bool:
+        """Not for a queue with caps (a capped key's claim takes its lock and counts its running
+        rows first, in the runner: module docstring, "The hand-over"), nor while arrivals are
+        announced and not yet read: a newcomer key is unknown to ``KeyShares`` until then, and every
+        slot handed over meanwhile would go to the keys it already knows (under load, a flood's key
+        took dozens of starts ahead of a newcomer that way). The runner's own claim, after its
+        read, takes the slots."""
+        claims = self.claims
+        return not claims.settings.capped and not claims.arrivals_pending
+
+    def keepable(self, permits: list[Permit]) -> list[Permit]:
+        """The freed permits of keyed attempts, while it hands over (``hands_over``)."""
+        if not self.hands_over:
+            return []
+        return [permit for permit in permits if isinstance(permit, KeyedPermit)]
+
+    def plan(self, permits: list[Permit], deadline: float | None, seen: int) -> Claim | None:
+        """The slots go to what ``KeyShares`` grants; the attempts of handed-over permits end now
+        (their keys told first, so the grants count them)."""
+        for permit in permits:
+            if isinstance(permit, KeyedPermit):
+                permit.hand_over()
+        params = self.claims.plan(len(permits), deadline)
+        if params is None:
+            return None
+        granted = sum(params["awarded"].values())
+        return Claim(self, permits[:granted], "claim_keyed_jobs", params, seen)
+
+    async def run(self, pool: AsyncConnectionPool, claim: Claim, looks: Looks) -> list[ClaimedJob]:
+        # Not a look at the queue's due jobs: it claims only from the keys already known.
+        return await self.claims.run(pool, claim.params, claim.rows)
+
+    def settle(self, claim: Claim, jobs: Sequence[ClaimedJob] | None) -> bool | None:
+        claims = self.claims
+        claims.settle(claim.params, jobs)
+        if claims.shares.has_eligible():
+            return True
+        if jobs is not None and len(jobs) < len(claim.permits) and not claims.arrivals_pending:
+            return False
+        return None
+
+    def attempt_permits(
+        self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit], claimable: Callable[[], None]
+    ) -> Sequence[Permit]:
+        """Each a ``KeyedPermit``: its release reports the attempt's end to ``KeyShares``, lets the
+        keys a cap held back go, and calls ``claimable`` if a key may take a slot now."""
+
+        def ended() -> None:
+            self.claims.unblock()
+            if self.claims.shares.has_eligible():
+                claimable()
+
+        return self.claims.permits(jobs, permits, ended)
+
+    def configure(self, settings: QueueKeySettings) -> bool:
+        """New weights and caps; keys held back by a cap elsewhere are looked at again."""
+        self.claims.configure(settings)
+        return self.claims.shares.has_eligible()
+
+    def key_freed(self, key: str) -> bool:
+        return self.claims.key_freed(key)
 
 
 class KeyedPermit(Permit):

@@ -6,8 +6,9 @@ after the LISTEN connection (re)connects, when notifications may have been misse
 the queues channel asks for the queue settings to be re-read; one on the cancel channel tells a
 running job's handler to stop; one on the freed-keys channel says an attempt of a capped fair key
 ended (worker/keyed.py), so a queue whose claims that key's cap held back claims again. They reach
-the queues through ``Runtime.runners``, by name; what the probe's answer means for a queue is the
-runner's to decide (``QueueRunner.backlog_verdict``).
+the queues through ``Runtime.runners``, by name; what the probe's answer means for a queue is its
+backlog belief's to decide (``Backlog.verdict``), and so is the look owed to a queue that was in
+its own poll when a look was asked for (``Backlog.look_requested``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -31,6 +32,7 @@ from awa_django.sql import (
     QUEUES_CHANNEL,
     statements,
 )
+from awa_django.worker.backlog import Backlog
 from awa_django.worker.config import WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.keyed import parse_freed
@@ -62,26 +64,28 @@ class BacklogProbe:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.now = asyncio.Event()  # set: probe at once instead of at the end of the interval
-        # Queues whose own poll was under way when a look was asked for: {queue: its looks begun
-        # then}. That poll's claim may have begun before the jobs nobody announced were committed,
-        # so it does not answer the request; the probe looks at the queue once the poll ends, unless
-        # a look of its own (a claim; an arrival read or a sweep, keyed) began since.
-        self._owed: dict[str, int] = {}
+        # The queues whose own poll was under way when a look was last asked for: where a debt may
+        # be (``Backlog.owed``, the queue's own to keep), so that only they are checked while the
+        # probe rests, not every runner.
+        self._asked: set[str] = set()
 
     def look_now(self) -> None:
-        """Look at every queue at once (the listener may have missed NOTIFYs)."""
-        self._owed.update(self.runtime.runners.polls_under_way())
+        """Look at every queue at once (the listener may have missed NOTIFYs). A queue whose own
+        poll is under way is owed a look after it (``Backlog.look_requested``)."""
+        for name, runner in self.runtime.runners.items():
+            backlog = runner.backlog
+            backlog.look_requested()
+            if backlog.owed:
+                self._asked.add(name)
         self.now.set()
 
-    def _settle_owed(self, looked: Container[str] = ()) -> None:
-        """Drop the owed looks taken (``looked``), or answered by a look of the queue's own begun
-        since the request, or no longer wanted (the queue paused, or no longer served)."""
+    def _owed(self) -> list[Backlog]:
+        """The backlogs still owed a look (forgetting the queues that no longer are)."""
         runners = self.runtime.runners
-        self._owed = {
-            name: begun
-            for name, begun in self._owed.items()
-            if name not in looked and runners.looks_begun(name) == begun
-        }
+        owed = [runners[name].backlog for name in self._asked if runners[name].backlog.owed]
+        if len(owed) < len(self._asked):
+            self._asked = {name for name in self._asked if runners[name].backlog.owed}
+        return owed
 
     async def _rest(self, *, failed: bool = False) -> None:
         """Until the next look: the poll interval, or sooner when asked to look now (at once if
@@ -94,14 +98,12 @@ class BacklogProbe:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            owed = bool(self._owed) and not failed
+            owed = bool(self._asked) and not failed
             await self._wait_for_request(min(remaining, self.OWED_RECHECK) if owed else remaining)
             if self.now.is_set():
                 break
-            if owed:
-                self._settle_owed()
-                if not all(runtime.runners.poll_under_way(name) for name in self._owed):
-                    break  # a poll it was owed for ended: look at its queue now
+            if owed and any(backlog.owes_look for backlog in self._owed()):
+                break  # a poll it was owed for ended: look at its queue now
         self.now.clear()
 
     async def _wait_for_request(self, seconds: float) -> None:
@@ -119,7 +121,7 @@ class BacklogProbe:
         runners = self.runtime.runners
         params: dict[str, list[Any]] = {"queues": [], "lanes": [], "after_run_at": [], "after_id": []}
         for name in queues:
-            for priority, key in enumerate(runners.lane_cursors(name), start=1):
+            for priority, key in enumerate(runners[name].lane_cursors, start=1):
                 params["queues"].append(name)
                 params["lanes"].append(priority)
                 params["after_run_at"].append(None if key is None else key[0])
@@ -134,7 +136,6 @@ class BacklogProbe:
         runtime = self.runtime
         runners, stop = runtime.runners, runtime.stop
         while not stop.stopping:
-            self._settle_owed()
             seen = runners.probe_candidates()
             if not seen:
                 # Every queue is paused or in its own claim, which looks at the database itself
@@ -150,9 +151,10 @@ class BacklogProbe:
                 logger.warning("backlog probe failed: %r; retrying next interval", exc)
                 await self._rest(failed=True)
                 continue
-            self._settle_owed(seen)
-            for name, nudges in seen.items():
-                runners.backlog_verdict(name, name in ready, nudges)
+            for name, token in seen.items():
+                runner = runners.get(name)
+                if runner is not None:
+                    runner.backlog_verdict(name in ready, token)
             runners.wake_waiting()
             await self._rest()
 
@@ -246,14 +248,18 @@ class Listener:
 
     def on_notify(self, channel: str, payload: str) -> None:
         logger.debug("notified channel=%s payload=%s", channel, payload)
+        runners = self.runtime.runners
         if channel == JOBS_CHANNEL:
-            self.runtime.runners.nudge(payload)
+            runner = runners.get(payload)
+            if runner is not None:
+                runner.nudge()
         elif channel == QUEUES_CHANNEL:
             self.reconfigure_soon()
         elif channel == FREED_KEYS_CHANNEL:
             freed = parse_freed(payload)
-            if freed is not None:
-                self.runtime.runners.key_freed(*freed)
+            runner = None if freed is None else runners.get(freed[0])
+            if freed is not None and runner is not None:
+                runner.key_freed(freed[1])
         elif channel == CANCEL_CHANNEL:
             with contextlib.suppress(ValueError):
                 entry = self.runtime.attempts.in_flight.get(int(payload))

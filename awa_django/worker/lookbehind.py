@@ -90,7 +90,9 @@ class LookBehind:
         runners = self.runtime.runners
         for row in rows:
             logger.debug("job behind the cursor queue=%s priority=%s job_id=%s", row["queue"], row["lane"], row["id"])
-            runners.found_behind(row["queue"], int(row["lane"]), (row["run_at"], int(row["id"])))
+            runner = runners.get(row["queue"])
+            if runner is not None:
+                runner.found_behind(int(row["lane"]), (row["run_at"], int(row["id"])))
         self.found += len(rows)
         return len(rows)
 

@@ -1,21 +1,20 @@
 """One queue's runner: the whole claim life of its queue, and ``Runners``, the queues' runners together.
 
-A ``QueueRunner`` owns its queue's permits-to-claim path end to end: the rate bucket, the lane
-cursors, the claim, the writer's hand-over claim and its adoption, and the verdict of the
-backlog probe. Every rule of that life is written once, in one method:
+A ``QueueRunner`` owns its queue's permits-to-claim path end to end: the rate bucket, the claim
+source, the writer's hand-over claim and its adoption, and the verdict of the backlog probe. It
+claims through a ``ClaimSource`` (claims.py): ``PlainSource`` (claim_jobs over the lane cursors)
+until the queue shares its slots by fair key, then ``KeyedSource``. The loop below is written once,
+for every source; what a way of claiming needs of its own (discovery, grants, caps, cursors) is the
+source's. Every rule of the loop is written once, in one method:
 
 - ``_ran_dry``: the queue has no due job left: it stops asking for permits (stops contending)
   until a NOTIFY, the backlog probe or a settings change nudges it;
 - ``_give_back``: permits a claim did not fill go back, and so do their rate tokens;
-- ``plan_hand_over`` / ``adopt``: the permits of finished jobs the writer may pass straight to
-  this queue's next jobs, and what becomes of them once that claim returned;
+- ``_plan``: the claim for the permits taken, its own poll's and the hand-over's alike;
+- ``_settled``: a claim came back (its own or a hand-over): the source settles it, its jobs start,
+  what it did not fill goes back, and what it says of the backlog is believed;
 - ``found_behind``: a lane rewind (``lanes.LaneCursors``): the look-behind saw a due job behind
-  a lane's cursor, so the next claim goes back for it;
-- ``_poll_keyed``: once the queue shares its slots by fair key (its key settings give a key a cap
-  or a weight of its own, its backlog has a key other than the default one when it first claims,
-  or a claim returned a job with such a key), the
-  claims go through ``keyed.KeyedClaims``: discovery of the keys with due jobs, the keyed claim,
-  exact caps. Until then the claim is claim_jobs, unchanged.
+  a lane's cursor, so the next claim goes back for it.
 
 Other modules ask a runner, through ``Runners`` (by queue name), and never write its state.
 
@@ -28,9 +27,9 @@ interval for every idle queue), a settings change, or a freed permit the allocat
 
 1. pre-acquire permits without blocking (hard slots; or local min_workers slots, then overflow);
 2. apply the queue's rate limit by taking no more permits than it has tokens;
-3. claim at most that many jobs from the database;
+3. claim at most that many jobs from the database (the source plans and runs the claim);
 4. give back the permits the database did not fill (``_give_back``);
-5. if the claim came back short, the queue ran dry (``_ran_dry``);
+5. if the claim says so, the queue ran dry (``_ran_dry``);
 6. start each job with exactly one permit, released when its attempt ends, after its final
    state is written: a row marked running always holds a slot.
 """
@@ -42,7 +41,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -50,18 +48,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
-from awa_django.context import ClaimedJob, ClaimRows
+from awa_django.context import ClaimedJob
 from awa_django.sql import statements
-from awa_django.worker.completer import HandOverClaim
+from awa_django.worker.backlog import Backlog, ProbeSeen, Verdict
+from awa_django.worker.claims import Claim, ClaimSource
 from awa_django.worker.config import QueueConfig, WorkerConfig
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff
-from awa_django.worker.keyed import (
-    KeyedClaims,
-    KeyedPermit,
-    first_key_other_than_default,
-    has_keyed_backlog,
-)
-from awa_django.worker.lanes import Key, LaneCursors
+from awa_django.worker.keyed import KeyedClaims, KeyedSource
+from awa_django.worker.lanes import Key
+from awa_django.worker.plain import PlainSource
 from awa_django.worker.stop import Stop
 
 logger = logging.getLogger(__name__)
@@ -79,26 +74,13 @@ class QueueRunner:
         self._config = config
         self._bucket: TokenBucket | None = None
         self._wake = asyncio.Event()
-        # True while the queue is believed to have backlog: after a claim that filled every permit,
-        # a NOTIFY, the backlog probe (which runs first thing at start), or a settings change
-        # (``nudge``). Only then does it ask for permits, so an empty queue never contends.
-        self._hungry = False
-        self._nudges = 0  # counts nudges, so a verdict taken before one does not overrule it
-        self._polling = False
-        # Looks at the queue's due jobs begun (claims; arrival reads and sweeps, keyed): a look begun
-        # after a request to look now answers it (the backlog probe's owed looks, listener.py).
-        self._looks_begun = 0
+        # Whether the queue may have due jobs (backlog.py): only then does it ask for permits, so
+        # an empty queue never contends and an idle one issues no query.
+        self._backlog = Backlog()
         self._claimed = 0
-        # Where each priority lane's claim scan starts (worker/lanes.py: why, and the look-behind).
-        self._lanes = LaneCursors()
-        # The parameters of this queue's hand-over claims still out (the writer may have one in
-        # each of its writes in flight), until each answers or is abandoned.
-        self._hand_overs_out: list[dict[str, Any]] = []
-        # The queue's fair-key settings (None until read, before its first claim), and its keyed
-        # claims once it shares its slots by key (None: claim_jobs, as if keys did not exist).
+        # The queue's fair-key settings (None until read, before its first claim) and its source.
         self._key_settings: QueueKeySettings | None = None
-        self._keyed: KeyedClaims | None = None
-        self._keys_looked = False  # whether the backlog was looked at for keys (before the first claim)
+        self._source: ClaimSource = PlainSource(config.name, runners.worker, self._replace)
         self._configure(config)
 
     # --- what others may read ---------------------------------------------------------
@@ -112,23 +94,26 @@ class QueueRunner:
         return self._config
 
     @property
+    def source(self) -> ClaimSource:
+        return self._source
+
+    @property
+    def backlog(self) -> Backlog:
+        return self._backlog
+
+    @property
     def hungry(self) -> bool:
-        return self._hungry
+        return self._backlog.hungry
 
     @property
     def polling(self) -> bool:
         """Its own poll is under way (the probe passes over it: the poll's claim looks itself)."""
-        return self._polling
-
-    @property
-    def looks_begun(self) -> int:
-        """How many looks at its queue's due jobs it has begun (claims; arrival reads and sweeps)."""
-        return self._looks_begun
+        return self._backlog.polling
 
     @property
     def claiming(self) -> bool:
         """A claim of this queue is under way: its own poll, or a hand-over claim not yet answered."""
-        return self._polling or bool(self._hand_overs_out)
+        return self._backlog.polling or self._backlog.claims_out > 0
 
     @property
     def claimed_total(self) -> int:
@@ -138,16 +123,17 @@ class QueueRunner:
     @property
     def lane_cursors(self) -> list[Key | None]:
         """Every lane's cursor, lane 1 first (None: the lane's front)."""
-        return self._lanes.cursors()
+        return self._source.lanes.cursors()
 
     @property
     def rewinds(self) -> int:
-        return self._lanes.rewinds
+        return self._source.lanes.rewinds
 
     @property
     def keyed(self) -> KeyedClaims | None:
         """The keyed claims, once the queue shares its slots by fair key (None until then)."""
-        return self._keyed
+        source = self._source
+        return source.claims if isinstance(source, KeyedSource) else None
 
     @property
     def wanted(self) -> int:
@@ -163,10 +149,8 @@ class QueueRunner:
 
     def nudge(self) -> None:
         """There may be jobs to claim (a NOTIFY, the backlog probe, a settings change): look."""
-        self._nudges += 1
-        self._hungry = True
-        if self._keyed is not None:
-            self._keyed.arrivals_announced()
+        self._backlog.announced()
+        self._source.announced()
         self._wake.set()
 
     def wake(self) -> None:
@@ -184,15 +168,14 @@ class QueueRunner:
         of its own starts keyed claiming; a keyed queue takes the new weights and caps, and its
         keys held back by a cap elsewhere are looked at again."""
         self._key_settings = settings
-        keyed = self._keyed
-        if keyed is None:
-            if settings.keyed:
-                self._become_keyed()
-            return
-        keyed.configure(settings)
-        if keyed.shares.has_eligible() and not self._config.paused:
-            self._hungry = True
-            self._wake.set()
+        if self._source.configure(settings):
+            self._claimable()
+
+    def key_freed(self, key: str) -> None:
+        """An attempt of a capped key ended in some worker (FREED_KEYS_CHANNEL): if that key's cap
+        held this queue's claims back, claim again."""
+        if self._source.key_freed(key):
+            self._claimable()
 
     def set_rate_share(self, rate: float) -> None:
         """Scope "cluster": this worker's part of the queue's rate limit, as the leader split it."""
@@ -206,50 +189,43 @@ class QueueRunner:
 
     def demand(self) -> int:
         """What it asks of the cluster: ``wanted`` while it has backlog and is not paused, else 0."""
-        return self.wanted if self._hungry and not self._config.paused else 0
+        return self.wanted if self._backlog.hungry and not self._config.paused else 0
 
-    def probe_seen(self) -> int | None:
-        """The nudge count the backlog probe's verdict will be judged against, or None when the
-        probe should not look at this queue (paused, or its own claim is under way)."""
-        return None if self._config.paused or self._polling else self._nudges
+    def probe_seen(self) -> ProbeSeen | None:
+        """What the backlog probe's verdict will be judged against, or None when the probe should
+        not look at this queue (paused, or its own claim is under way)."""
+        return self._backlog.probe_seen(paused=self._config.paused)
 
-    def backlog_verdict(self, ready: bool, seen: int) -> None:
-        """The backlog probe's answer for this queue, asked when its nudge count was ``seen``:
-        wake it if it has due jobs and sleeps, or if a hand-over claim of it is out (that claim may
-        have begun before the jobs were committed); if it has none but believes it has, it ran dry
-        (another worker took the jobs a NOTIFY announced), unless it holds permits (its jobs'
-        hand-over will tell)."""
-        if self._polling or self._nudges != seen:
-            return  # it looked, or was told of new jobs, after the query: it knows better
-        if ready:
-            # Asleep: wake it. A hand-over claim out may have begun before these jobs were
-            # committed: nudged, the queue does not take that claim's short answer for running dry.
-            if not self._hungry or self._hand_overs_out:
-                logger.debug("backlog probe wakes queue=%s", self.name)
-                self.nudge()
-        elif (
-            self._hungry
-            and self._keyed is None  # keyed: the probe sees only arrivals; the keyed claim decides
-            and self._runners.allocator.serves(self.name)
-            and not self._runners.allocator.in_flight(self.name)
-        ):
-            self._ran_dry(seen)
+    def backlog_verdict(self, ready: bool, seen: ProbeSeen) -> None:
+        """The backlog probe's answer for this queue, asked as of ``seen`` (``Backlog.verdict``):
+        "none" stands it down only while no job of it holds a permit (their hand-over will tell)
+        and its source sees no more than the probe does (keyed: jobs behind the discovery cursors;
+        the keyed claim decides)."""
+        allocator = self._runners.allocator
+        sees_all = self._source.probe_sees_all and allocator.serves(self.name) and not allocator.in_flight(self.name)
+        verdict = self._backlog.verdict(ready, seen, sees_all=sees_all)
+        if verdict is Verdict.LOOK:
+            logger.debug("backlog probe wakes queue=%s", self.name)
+            self._source.announced()
+            self._wake.set()
+        elif verdict is Verdict.DRY:
+            self._stand_down()
 
     def found_behind(self, priority: int, key: Key) -> None:
         """Lane rewind: the look-behind saw a due job behind this lane's cursor, so the next claim
         (its own or a hand-over) starts the lane just before it."""
-        if self._lanes.found_behind(priority, key):
+        if self._source.lanes.found_behind(priority, key):
             self.nudge()
 
     def looking(self) -> list[tuple[int, Key]]:
         """(priority, cursor) of every lane with a cursor: what the look-behind asks about."""
-        return self._lanes.looking()
+        return self._source.lanes.looking()
 
     # --- the hand-over (the writer passes permits straight to the next jobs) ---------------
 
-    def plan_hand_over(self, permits: list[Permit], now: float, *, releasing: bool = False) -> HandOverClaim | None:
+    def plan_hand_over(self, permits: list[Permit], now: float, *, releasing: bool = False) -> Claim | None:
         """Which of these freed permits this queue keeps for its next jobs (within the allocator's
-        rules and its rate tokens), and the claim to fill them; None: they all go back.
+        rules, its source's and its rate tokens), and the claim to fill them; None: they all go back.
 
         ``releasing``: a workflow step of this queue ends in the batch. Its release runs in the
         batch's transaction, before the claim, so a dependent it makes available here (a chain's
@@ -260,33 +236,29 @@ class QueueRunner:
         now (``_top_up``): a fan-out's head frees one permit and releases thousands of steps."""
         if self._config.paused:
             return None
-        if not self._hungry and not (releasing and self._runners.allocator.in_flight(self.name) <= len(permits)):
+        if not self._backlog.hungry and not (
+            releasing and self._runners.allocator.in_flight(self.name) <= len(permits)
+        ):
             return None  # an idle queue: nothing to claim
-        if self._keyed is not None:
-            return self._plan_keyed_hand_over(self._keyed, permits, now)
-        kept = self._runners.allocator.keepable(self.name, permits)
+        kept = self._source.keepable(self._runners.allocator.keepable(self.name, permits))
         if self._bucket is not None and kept:
             kept = kept[: self._bucket.take(len(kept), now)]
         if not kept:
             return None
-        kept += self._top_up(now)
-        params = self._claim_params(len(kept))
-        self._hand_overs_out.append(params)
-        return HandOverClaim(kept, params)
+        return self._plan_out(kept, self._top_up(now))
 
-    def plan_passed(self, now: float) -> HandOverClaim | None:
+    def plan_passed(self, now: float) -> Claim | None:
         """Slots another queue's finished jobs freed, passed to this queue in the writer's round
         trip (``Runners._pass_across``): the permits this runner's own next claim would take,
         taken here, before the claim, as it would take them, and the claim to fill them. None
-        while it would not claim (paused, no backlog, keyed, or a claim of its own under way)."""
-        if self._config.paused or not self._hungry or self._keyed is not None or self.claiming:
+        while it would not claim (paused, no backlog, its source cannot hand over now, or a claim
+        of its own under way)."""
+        if self._config.paused or not self._backlog.hungry or self.claiming or not self._source.hands_over:
             return None
         permits = self._top_up(now)
         if not permits:
             return None
-        params = self._claim_params(len(permits))
-        self._hand_overs_out.append(params)
-        return HandOverClaim(permits, params)
+        return self._plan_out([], permits)
 
     def _top_up(self, now: float) -> list[Permit]:
         """Permits the queue may take now beyond the freed ones it keeps, for the same hand-over
@@ -305,96 +277,32 @@ class QueueRunner:
             self._bucket.take(len(extra), now)
         return extra
 
-    def _plan_keyed_hand_over(self, keyed: KeyedClaims, permits: list[Permit], now: float) -> HandOverClaim | None:
-        """The keyed hand-over: the kept permits' attempts end now (their keys told), topped up as
-        the plain hand-over is (``_top_up``), and the slots go to what ``KeyShares`` grants, within
-        the queue's rate tokens, claimed by claim_keyed_jobs after the writes. None for a queue with
-        caps (its claims take their keys' locks and count their running rows first, in the runner:
-        keyed.py, "Caps"), and None while arrivals are announced and not yet read: a newcomer key is
-        unknown to ``KeyShares`` until the runner reads them, and every slot handed over meanwhile
-        would go to the keys it already knows (under load, a flood's key took dozens of starts ahead
-        of a newcomer that way). The freed permits go back, and the runner's own claim, after its
-        read, takes them."""
-        if keyed.settings.capped or keyed.arrivals_pending:
-            return None
-        kept = [p for p in self._runners.allocator.keepable(self.name, permits) if isinstance(p, KeyedPermit)]
-        if self._bucket is not None and kept:
-            kept = kept[: self._bucket.take(len(kept), now)]
-        if not kept:
-            return None
-        for permit in kept:
-            permit.hand_over()
-        extra = self._top_up(now)  # as in the plain hand-over: one claim for every slot it may take
-        slots: list[Permit] = [*kept, *extra]
-        params = keyed.hand_over_params(len(slots), self._config.deadline)
-        granted = 0 if params is None else sum(params["awarded"].values())
-        if self._bucket is not None and granted < len(slots):
-            self._bucket.refund(len(slots) - granted)  # the permits no key was granted go back unused
-        # The freed permits not used go back through the writer; the top-up's, from here.
-        release_all(slots[max(granted, len(kept)) :])
-        if params is None:
-            return None
-        params["nudges"] = self._nudges
-        return HandOverClaim(slots[:granted], params, "claim_keyed_jobs")
+    def _plan_out(self, kept: list[Permit], extra: list[Permit]) -> Claim | None:
+        """The hand-over claim for the freed permits kept and the top-up's: what the source does not
+        use goes back (the rate tokens of all of them; the top-up's permits from here, the freed
+        ones through the writer, which still holds them)."""
+        slots = [*kept, *extra]
+        claim = self._plan(slots)
+        used = 0 if claim is None else len(claim.permits)
+        if self._bucket is not None and used < len(slots):
+            self._bucket.refund(len(slots) - used)
+        release_all(slots[max(used, len(kept)) :])
+        if claim is not None:
+            self._backlog.claim_out()
+        return claim
 
-    def adopt(self, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+    def adopt(self, jobs: list[ClaimedJob], claim: Claim, *, claim_ran: bool) -> None:
         """The hand-over claim returned ``jobs`` (``claim_ran`` False: it never ran, its batch was
         refused): start them on the claim's permits, give back the rest."""
-        if claim.statement == "claim_keyed_jobs" and self._keyed is not None:
-            self._adopt_keyed(self._keyed, jobs, claim, claim_ran=claim_ran)
-            return
-        params = self._answered(claim)
-        if params is not None:
-            if claim_ran:
-                self._lanes.advance(jobs, params)
-            else:
-                self._lanes.claim_failed(params)
-        self._start(jobs, claim.permits)
-        self._keys_seen(jobs)
-        unfilled = claim.permits[len(jobs) :]
-        if not unfilled:
-            if claim_ran and claim.rows.more is False:  # it filled them, and left no due job
-                self._ran_dry(params["nudges"] if params is not None else self._nudges)
-            return
-        self._give_back(unfilled)
-        if not claim_ran:
-            self.nudge()  # the claim never ran: the queue may still have jobs, let it claim itself
-        else:
-            self._ran_dry(params["nudges"] if params is not None else self._nudges)
+        self._backlog.claim_back()
+        self._settled(claim, jobs if claim_ran else None)
 
-    def abandon(self, claim: HandOverClaim) -> None:
+    def abandon(self, claim: Claim) -> None:
         """The write carrying this hand-over claim stopped before it answered (the worker
-        stopping): its rewinds are pending again, a keyed claim's grants go back; the writer
+        stopping): its source takes it back (rewinds pending again, grants returned); the writer
         releases its permits."""
-        if claim.statement == "claim_keyed_jobs":
-            if self._keyed is not None:
-                self._keyed.settle_hand_over(claim.params, [], claim_ran=False)
-            return
-        params = self._answered(claim)
-        if params is not None:
-            self._lanes.claim_failed(params)
-
-    def _answered(self, claim: HandOverClaim) -> dict[str, Any] | None:
-        """The claim's parameters, no longer out; None if it is not one of this runner's."""
-        for index, params in enumerate(self._hand_overs_out):
-            if params is claim.params:
-                del self._hand_overs_out[index]
-                return params
-        return None
-
-    def _adopt_keyed(
-        self, keyed: KeyedClaims, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool
-    ) -> None:
-        keyed.settle_hand_over(claim.params, jobs, claim_ran=claim_ran)
-        self._start(jobs, claim.permits)
-        unfilled = claim.permits[len(jobs) :]
-        if unfilled:
-            self._give_back(unfilled)
-        if not claim_ran:
-            self.nudge()
-        elif keyed.shares.has_eligible():
-            self._hungry = True
-            self._wake.set()
+        self._backlog.claim_back()
+        claim.source.settle(claim, None)
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -422,30 +330,36 @@ class QueueRunner:
         """One round of the six phases; returns how long to wait before the next: 0 = at once,
         None = until woken (by a NOTIFY, the backlog probe, or a permit it may now take)."""
         if not self._config.paused:
-            # Before the first claim, and not part of it: while these read, the backlog probe may
-            # look at the queue (its first look is how the runner learns of jobs waiting at start;
-            # were this "polling", the probe would pass over the queue, and nothing would look
-            # again for a poll interval: tests/worker/test_backlog_at_start.py).
+            # Before the poll, and not part of it: while these read, the backlog probe may look at
+            # the queue (its first look is how the runner learns of jobs waiting at start; were
+            # this "polling", the probe would pass over the queue, and nothing would look again for
+            # a poll interval: tests/worker/test_backlog_at_start.py).
             if self._key_settings is None:
                 await self._load_key_settings()
-            if not self._keys_looked:
-                await self._look_for_keys()
-        self._polling = True
+            source = None
+            while source is not self._source:  # a source may replace itself as it looks
+                source = self._source
+                await source.discover(self._runners.pool, self._backlog)
+        self._backlog.poll_began()
         try:
             return await self._poll()
         finally:
-            self._polling = False
+            self._backlog.poll_ended()
 
     async def _poll(self) -> float | None:
-        allocator = self._runners.allocator
+        backlog, source = self._backlog, self._source
         if self._config.paused:
-            self._hungry = False
+            backlog.stood_down()
             self._stand_down()
             return None
-        if self._keyed is not None:
-            return await self._poll_keyed(self._keyed)
-        if not self._hungry:
-            return None
+        if not backlog.hungry:
+            return source.next_look(time.monotonic())
+        seen = backlog.generation
+        ready = await source.ready(self._runners.pool, backlog, lambda: backlog.announced_since(seen))
+        if not ready:
+            if ready is False:
+                self._ran_dry(seen, own_claim=True)
+            return 0 if backlog.hungry else source.next_look(time.monotonic())
         # A queue without rate tokens cannot use a slot now: it does not contend meanwhile.
         now = time.monotonic()
         wanted = self.wanted
@@ -457,91 +371,59 @@ class QueueRunner:
             wanted = min(wanted, tokens)
         # 1. pre-acquire, never blocking; refused, the queue's demand is recorded and the
         #    allocator names it among the waiting when a permit it may take comes back.
-        permits = allocator.try_acquire(self.name, wanted)
+        permits = self._runners.allocator.try_acquire(self.name, wanted)
         if not permits:
             self._runners.refused(self.name)
-            return None
+            return source.next_look(now)  # a permit coming back wakes it sooner
         # 2. the rate limit: no more permits than tokens were asked for, so take them all.
         if self._bucket is not None:
             self._bucket.take(len(permits), now)
-        # 3. claim at most that many rows.
-        seen = self._nudges
-        try:
-            jobs, more = await self._claim(len(permits))
-        except BaseException:
+        # 3. claim at most that many rows; what the source's plan does not use goes back at once.
+        claim = self._plan(permits, seen)
+        if claim is None:
             self._give_back(permits)
+            return 0 if backlog.hungry else source.next_look(time.monotonic())
+        self._give_back(permits[len(claim.permits) :])
+        try:
+            jobs = await source.run(self._runners.pool, claim, backlog)
+        except BaseException:
+            self._give_back(claim.permits)
+            source.settle(claim, None)
             raise
-        # 4. and 5. what the database did not fill goes back, and the queue ran dry; so it did
-        #    when the claim filled every permit and said no due job was left past its rows.
-        if len(jobs) < len(permits):
-            self._give_back(permits[len(jobs) :])
-            self._ran_dry(seen, own_claim=True)
-        elif more is False:
-            self._ran_dry(seen, own_claim=True)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "claimed queue=%s asked=%d claimed=%d ids=%s",
                 self.name,
-                len(permits),
+                len(claim.permits),
                 len(jobs),
                 ",".join(str(job.id) for job in jobs[:20]),
             )
-        # 6. start each job with exactly one permit.
-        self._start(jobs, permits)
-        self._keys_seen(jobs)
-        return 0 if self._hungry else None
+        # 4. to 6.
+        self._settled(claim, jobs, own_claim=True)
+        return 0 if backlog.hungry else self._source.next_look(time.monotonic())
 
-    async def _poll_keyed(self, keyed: KeyedClaims) -> float | None:
-        """The six phases, for a queue sharing its slots by key (worker/keyed.py): discovery
-        first (the sweep when due, arrivals when nudged), then permits, then the keyed claim of
-        what ``KeyShares`` grants. Returns as ``poll_once``; an idle keyed queue still wakes for
-        its next sweep."""
-        pool = self._runners.pool
-        if not keyed.started:
-            self._looks_begun += 1
-            await keyed.start(pool, self._lanes)
-            self._hungry = True
-        elif keyed.sweep_due(time.monotonic()):
-            self._looks_begun += 1
-            if await keyed.sweep(pool):
-                self._hungry = True
-        if not self._hungry:
-            return keyed.sweep_in(time.monotonic())
-        seen = self._nudges
-        if keyed.arrivals_pending:
-            self._looks_begun += 1
-            await keyed.read_arrivals(pool, self._lanes)
-            if self._nudges != seen:
-                keyed.arrivals_announced()  # during the read, perhaps after its snapshot: read again
-        if not keyed.shares.has_eligible():
-            if not keyed.arrivals_pending:
-                self._ran_dry(seen, own_claim=True)
-            return 0 if self._hungry else keyed.sweep_in(time.monotonic())
-        now = time.monotonic()
-        wanted = self.wanted
-        if self._bucket is not None:
-            tokens = self._bucket.available(now)
-            if tokens == 0:
-                self._stand_down()
-                return max(self._bucket.seconds_until(1, now), 0.001)
-            wanted = min(wanted, tokens)
-        permits = self._runners.allocator.try_acquire(self.name, wanted)
-        if not permits:
-            self._runners.refused(self.name)
-            return keyed.sweep_in(now)  # a permit coming back wakes it sooner
-        if self._bucket is not None:
-            self._bucket.take(len(permits), now)
-        try:
-            jobs = await keyed.claim(pool, len(permits), self._config.deadline)
-        except BaseException:
-            self._give_back(permits)
-            raise
-        if len(jobs) < len(permits):
-            self._give_back(permits[len(jobs) :])
-            if not keyed.shares.has_eligible() and not keyed.arrivals_pending:
-                self._ran_dry(seen, own_claim=True)
-        self._start(jobs, permits)
-        return 0 if self._hungry else keyed.sweep_in(time.monotonic())
+    def _plan(self, permits: list[Permit], seen: int | None = None) -> Claim | None:
+        """The source's claim for these permits, as of the announcement count ``seen`` (default: now)."""
+        generation = self._backlog.generation if seen is None else seen
+        return self._source.plan(permits, self._config.deadline, generation)
+
+    def _settled(self, claim: Claim, jobs: list[ClaimedJob] | None, *, own_claim: bool = False) -> None:
+        """A claim came back with ``jobs`` (None: it never ran, its batch was refused): its source
+        settles it; each job starts on one of its permits; the permits it did not fill go back; and
+        what it says of the queue's backlog is believed (a claim that never ran says nothing: the
+        queue may still have jobs, so it claims itself)."""
+        says = claim.source.settle(claim, jobs)
+        got = jobs or []
+        self._start(got, claim)
+        unfilled = claim.permits[len(got) :]
+        if unfilled:
+            self._give_back(unfilled)
+        if jobs is None:
+            self.nudge()
+        elif says is False:
+            self._ran_dry(claim.seen, own_claim=own_claim)
+        elif says:
+            self._claimable()
 
     async def _load_key_settings(self) -> None:
         """Read this queue's fair-key settings before its first claim (a cap must hold from it)."""
@@ -551,68 +433,24 @@ class QueueRunner:
         if self._key_settings is None:  # a reload may have answered meanwhile
             self.apply_keys(settings_from_rows([self.name], rows)[self.name])
 
-    async def _look_for_keys(self) -> None:
-        """Before the queue's first claim: a backlog with a key other than the default one makes
-        it share by key from that claim, not from the claim that would first return such a job."""
-        self._keys_looked = True
-        if self._keyed is None and await has_keyed_backlog(self._runners.pool, self.name):
-            logger.info("queue has fair keys, sharing its slots by key queue=%s", self.name)
-            self._become_keyed()
-
-    def _keys_seen(self, jobs: Sequence[ClaimedJob]) -> None:
-        """A plain claim returned a job with a key other than the default: share by key from now on."""
-        if self._keyed is None and jobs and first_key_other_than_default(jobs) is not None:
-            logger.info("queue has fair keys, sharing its slots by key queue=%s", self.name)
-            self._become_keyed()
-
-    def _become_keyed(self) -> None:
-        self._keyed = KeyedClaims(self.name, self._key_settings or QueueKeySettings(), self._runners.worker)
+    def _replace(self, source: ClaimSource) -> None:
+        """Claim through ``source`` from now on (a plain queue found to share its slots by key)."""
+        self._source = source
         self.nudge()
 
-    def key_freed(self, key: str) -> None:
-        """An attempt of a capped key ended in some worker (FREED_KEYS_CHANNEL): if that key's cap
-        held this queue's claims back, claim again."""
-        keyed = self._keyed
-        if keyed is not None and keyed.key_freed(key) and not self._config.paused:
-            self._hungry = True
+    def _claimable(self) -> None:
+        """Something may be claimable now that was not: look, unless paused."""
+        if not self._config.paused:
+            self._backlog.found()
             self._wake.set()
-
-    def _attempt_ended(self) -> None:
-        """A keyed attempt ended here: keys held back by a cap may go now, and its key may be
-        eligible again."""
-        keyed = self._keyed
-        if keyed is None:  # pragma: no cover - keyed claiming never stops
-            return
-        keyed.unblock()
-        if keyed.shares.has_eligible() and not self._config.paused:
-            self._hungry = True
-            self._wake.set()
-
-    async def _claim(self, limit: int) -> tuple[list[ClaimedJob], bool | None]:
-        """Up to ``limit`` jobs, and whether a due job was left past them (``ClaimRows.more``)."""
-        self._looks_begun += 1
-        params = self._claim_params(limit)
-        rows = ClaimRows()
-        try:
-            async with self._runners.pool.connection() as conn, conn.cursor(row_factory=rows) as cur:
-                await cur.execute(statements["claim_jobs"], params)
-                jobs = await cur.fetchall()
-        except BaseException:
-            self._lanes.claim_failed(params)
-            raise
-        self._lanes.advance(jobs, params)
-        return jobs, rows.more
 
     # --- the rules, each written once -------------------------------------------------------
 
     def _ran_dry(self, seen: int, *, own_claim: bool = False) -> None:
-        """The queue had no more due jobs, by a look taken when the nudge count was ``seen``: it
-        stops contending, unless it was nudged since (new jobs may have come) or, for a look other
-        than its own claim, its own claim is under way (that claim decides)."""
-        if self._nudges != seen or (self._polling and not own_claim):
-            return
-        self._hungry = False
-        self._stand_down()
+        """The queue had no more due jobs, by a look taken at announcement count ``seen``: it stops
+        contending, if its backlog believes it (``Backlog.looked_dry``)."""
+        if self._backlog.looked_dry(seen, own=own_claim):
+            self._stand_down()
 
     def _give_back(self, permits: Sequence[Permit]) -> None:
         """Permits no job of this queue will use: released (each release wakes only who may take
@@ -626,24 +464,14 @@ class QueueRunner:
         self._runners.allocator.clear_demand(self.name)
         self._runners.wake_waiting()
 
-    def _start(self, jobs: Sequence[ClaimedJob], permits: Sequence[Permit]) -> None:
+    def _start(self, jobs: Sequence[ClaimedJob], claim: Claim) -> None:
+        if not jobs:
+            return
         self._claimed += len(jobs)
-        if self._keyed is not None and jobs:
-            permits = self._keyed.permits(jobs, permits, self._attempt_ended)
+        permits = claim.source.attempt_permits(jobs, claim.permits, self._claimable)
         start, deadline = self._runners.start_attempt, self._config.deadline
         for job, permit in zip(jobs, permits, strict=False):
             start(job, permit, deadline)
-
-    def _claim_params(self, limit: int) -> dict[str, Any]:
-        deadline = None if self._config.deadline is None else timedelta(seconds=self._config.deadline)
-        return {
-            "queue": self.name,
-            "limit": limit,
-            "deadline": deadline,
-            "worker": self._runners.worker,
-            "nudges": self._nudges,
-            **self._lanes.params(),
-        }
 
     def _configure(self, config: QueueConfig) -> None:
         self._config = config
@@ -658,8 +486,10 @@ class QueueRunner:
 class Runners(Mapping[str, QueueRunner]):
     """This worker's queue runners by name, and what they share: the allocator, the pool, the stop.
 
-    The other parts of the worker reach a queue through these methods, by name. It is also the
-    writer's ``HandOver``: it splits the freed permits by queue and lets each runner decide.
+    A mapping: the other parts of the worker reach a queue's runner by name (``runners.get(queue)``)
+    and ask it. Beside that, it routes the writer's freed permits (``HandOver``): it splits them by
+    queue, lets each runner decide, passes the spare ones across, and returns each claim's answer
+    to its runner.
     """
 
     def __init__(
@@ -722,55 +552,10 @@ class Runners(Mapping[str, QueueRunner]):
         for runner in self._runners.values():
             runner.wake()
 
-    def nudge(self, queue: str) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.nudge()
-
-    def key_freed(self, queue: str, key: str) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.key_freed(key)
-
-    def deadline(self, queue: str) -> float | None:
-        runner = self._runners.get(queue)
-        return runner.config.deadline if runner is not None else None
-
-    def paused(self, queue: str) -> bool:
-        runner = self._runners.get(queue)
-        return runner.config.paused if runner is not None else False
-
-    def claiming(self, queue: str) -> bool:
-        runner = self._runners.get(queue)
-        return runner.claiming if runner is not None else False
-
-    def polls_under_way(self) -> dict[str, int]:
-        """{queue: ``looks_begun``} of the queues (not paused) whose own poll is under way."""
-        return {
-            name: runner.looks_begun
-            for name, runner in self._runners.items()
-            if runner.polling and not runner.config.paused
-        }
-
-    def poll_under_way(self, queue: str) -> bool:
-        """Whether the queue's own poll is under way."""
-        runner = self._runners.get(queue)
-        return runner is not None and runner.polling
-
-    def looks_begun(self, queue: str) -> int | None:
-        """How many looks at its due jobs the queue has begun; None if it is paused or not served."""
-        runner = self._runners.get(queue)
-        return None if runner is None or runner.config.paused else runner.looks_begun
-
-    def probe_candidates(self) -> dict[str, int]:
-        """{queue: nudge count} of the queues the backlog probe should look at now."""
+    def probe_candidates(self) -> dict[str, ProbeSeen]:
+        """{queue: what its verdict is judged against} of the queues the backlog probe should look at now."""
         seen = {name: runner.probe_seen() for name, runner in self._runners.items()}
         return {name: n for name, n in seen.items() if n is not None}
-
-    def backlog_verdict(self, queue: str, ready: bool, seen: int) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.backlog_verdict(ready, seen)
 
     def apply_keys(self, settings: Mapping[str, QueueKeySettings]) -> None:
         """Each served queue's fair-key settings, re-read on the reload tick."""
@@ -779,9 +564,6 @@ class Runners(Mapping[str, QueueRunner]):
             if runner is not None:
                 runner.apply_keys(queue_settings)
 
-    def lane_cursors(self, queue: str) -> list[Key | None]:
-        return self._runners[queue].lane_cursors
-
     def looking(self) -> list[tuple[str, int, Key]]:
         """(queue, priority, cursor) of every lane with a cursor, for the look-behind."""
         # Called 20 times a second by the window look: with 1,000 idle queues, a call per runner and
@@ -789,15 +571,10 @@ class Runners(Mapping[str, QueueRunner]):
         return [
             (name, lane, key)
             for name, runner in self._runners.items()
-            if runner._keyed is None  # keyed: its cursors are discovery cursors, swept instead
-            for lane, key in enumerate(runner._lanes.live, 1)
+            if runner._source.rewinds_lanes  # keyed: its cursors are discovery cursors, swept instead
+            for lane, key in enumerate(runner._source.lanes.live, 1)
             if key is not None
         ]
-
-    def found_behind(self, queue: str, priority: int, key: tuple[datetime, int]) -> None:
-        runner = self._runners.get(queue)
-        if runner is not None:
-            runner.found_behind(priority, key)
 
     def queue_use(self) -> dict[str, tuple[int, int]]:
         """{queue: (held, demand)} for capacity scope "cluster": demand only while the queue has
@@ -814,16 +591,14 @@ class Runners(Mapping[str, QueueRunner]):
             if name in rates:
                 runner.set_rate_share(rates[name])
 
-    def plan_hand_over(
-        self, permits: Sequence[Permit], releasing: frozenset[str] = frozenset()
-    ) -> dict[str, HandOverClaim]:
+    def plan_hand_over(self, permits: Sequence[Permit], releasing: frozenset[str] = frozenset()) -> dict[str, Claim]:
         """completer.HandOver: per queue, the freed permits its runner keeps for its next jobs."""
         if self.stop.stopping or not permits:
             return {}
         by_queue: dict[str, list[Permit]] = {}
         for permit in permits:
             by_queue.setdefault(permit.queue, []).append(permit)
-        plan: dict[str, HandOverClaim] = {}
+        plan: dict[str, Claim] = {}
         now = time.monotonic()
         for queue, mine in by_queue.items():
             runner = self._runners.get(queue)
@@ -837,7 +612,7 @@ class Runners(Mapping[str, QueueRunner]):
                 self._pass_across(spare, plan, now)
         return plan
 
-    def _pass_across(self, spare: list[Permit], plan: dict[str, HandOverClaim], now: float) -> None:
+    def _pass_across(self, spare: list[Permit], plan: dict[str, Claim], now: float) -> None:
         """The hand-over across queues (weighted mode): the freed slots no queue of theirs keeps go
         to the queues a release would wake (``Allocator.to_wake``, most owed first), each taking
         what its own runner's next claim would take, claimed in the write's round trip. Without
@@ -858,7 +633,7 @@ class Runners(Mapping[str, QueueRunner]):
                 if claim is not None:
                     plan[queue] = claim
 
-    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: HandOverClaim, *, claim_ran: bool) -> None:
+    def adopt(self, queue: str, jobs: list[ClaimedJob], claim: Claim, *, claim_ran: bool) -> None:
         """completer.HandOver: the hand-over claim of ``queue`` came back."""
         runner = self._runners.get(queue)
         if runner is not None:
@@ -868,7 +643,7 @@ class Runners(Mapping[str, QueueRunner]):
         for job, permit in zip(jobs, claim.permits, strict=False):
             self.start_attempt(job, permit, None)
 
-    def abandon(self, queue: str, claim: HandOverClaim) -> None:
+    def abandon(self, queue: str, claim: Claim) -> None:
         """completer.HandOver: the write carrying ``queue``'s hand-over claim stopped unanswered."""
         runner = self._runners.get(queue)
         if runner is not None:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from awa_django.concurrency import Allocator, Permit
 from awa_django.worker import QueueConfig
-from awa_django.worker.runner import Runners
+from awa_django.worker.runner import QueueRunner, Runners
 from tests.worker.test_hand_over_top_up import _runners
 
 
@@ -34,6 +34,12 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
+
+
+def _ran_dry(runner: QueueRunner) -> None:
+    """As the queue's claim that left no due job leaves it."""
+    backlog = runner.backlog
+    assert backlog.looked_dry(backlog.generation, own=True)
 
 
 def _hungry(runners: Runners, allocator: Allocator, queue: str, wanted: int) -> list[Permit]:
@@ -54,7 +60,7 @@ def test_across__a_dry_queues_freed_slots_go_to_the_waiting_queues_in_the_same_r
     runners = _runners(loop, allocator, queues, global_max_workers=2)
     finished = _hungry(runners, allocator, "done", 2)
     allocator.clear_demand("done")  # its claim said no job was left: it stood down
-    runners["done"]._hungry = False
+    _ran_dry(runners["done"])
     assert len(finished) == 2
     assert _hungry(runners, allocator, "b", 2) == [] and _hungry(runners, allocator, "c", 2) == []
 
@@ -87,7 +93,7 @@ def test_across__slots_no_queue_takes_keep_their_count_until_the_write_then_go_b
     allocator.on_release = released.append
     finished = _hungry(runners, allocator, "done", 3)
     allocator.clear_demand("done")
-    runners["done"]._hungry = False
+    _ran_dry(runners["done"])
 
     assert runners.plan_hand_over(finished, frozenset()) == {}
 
@@ -105,7 +111,7 @@ def test_across__hard_reserved_mode_passes_nothing_across(loop: asyncio.Abstract
     )
     finished = _hungry(runners, allocator, "done", 2)
     allocator.clear_demand("done")
-    runners["done"]._hungry = False  # as its dry claim left it
+    _ran_dry(runners["done"])  # as its dry claim left it
     assert runners.plan_hand_over(finished, frozenset()) == {}
     assert not any(p.lent or p.released for p in finished)
 
@@ -136,7 +142,7 @@ def test_across__over_random_pools_never_passes_the_global_maximum_and_leaves_no
             held += _hungry(runners, allocator, queue, data.draw(st.integers(1, global_max), label="wanted"))
         for queue in data.draw(st.lists(st.sampled_from(names), unique=True), label="dry"):
             allocator.clear_demand(queue)
-            runners[queue]._hungry = False  # its claim said no job was left
+            _ran_dry(runners[queue])  # its claim said no job was left
         for queue in data.draw(st.lists(st.sampled_from(names), unique=True), label="polling"):
             if runners[queue].hungry:  # its poll: what it is granted runs, what it is refused is its demand
                 held += allocator.try_acquire(queue, global_max)

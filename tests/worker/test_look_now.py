@@ -6,8 +6,8 @@ looks at the database itself; but a claim that began before the unannounced jobs
 comes back without them, and the queue then believed it had run dry. Nothing looked again until the
 poll interval. Now the probe owes such a queue a look, taken once its poll ends (a claim of its
 own begun after the request answers it too; a poll that claims nothing does not). Also here: a
-hand-over claim out when the probe sees due jobs, and a failed probe query; and the owed looks'
-bookkeeping as a property over any order of events.
+hand-over claim out when the probe sees due jobs, and a failed probe query. The owed looks'
+bookkeeping, over any order of events, is ``Backlog``'s: tests/worker/test_backlog.py.
 
 LISTEN off and a 60 s poll interval in the worker tests, so that only the look asked for can
 start the job within the test's wait.
@@ -16,19 +16,17 @@ start the job within the test's wait.
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from awa_django.context import ClaimedJob
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker import JobContext, QueueConfig, Worker, WorkerConfig
-from awa_django.worker.listener import BacklogProbe
+from awa_django.worker.backlog import ProbeSeen
+from awa_django.worker.claims import Claim
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.support import Gates, gated_registry
 
@@ -80,17 +78,18 @@ def test_look_now_while_the_queue_claims__it_looks_again_after_its_claim(global_
         loop, runner = worker.loop, worker.runners[QUEUE]
         assert loop is not None
         claimed, let_go = threading.Event(), threading.Event()
-        claim = runner._claim
+        source = runner.source
+        run = source.run
 
-        async def held_claim(limit: int) -> tuple[list[ClaimedJob], bool | None]:
-            got = await claim(limit)
+        async def held_run(pool: Any, claim: Claim, looks: Any) -> list[ClaimedJob]:
+            got = await run(pool, claim, looks)
             if not claimed.is_set():
-                assert got[0] == [], got  # the queue is empty when this claim runs
+                assert got == [], got  # the queue is empty when this claim runs
                 claimed.set()
                 await loop.run_in_executor(None, let_go.wait)
             return got
 
-        runner._claim = held_claim  # type: ignore[method-assign]
+        source.run = held_run  # type: ignore[method-assign]
         loop.call_soon_threadsafe(runner.nudge)
         wait_until(claimed.is_set, what="the runner's claim ran")
         # Committed after the claim's statement: with LISTEN off nobody announces it.
@@ -150,15 +149,16 @@ def test_backlog_seen_while_a_hand_over_claims__the_queue_looks_again_after_it()
                 await loop.run_in_executor(None, let_go.wait)
             return written, claimed
 
-        verdict = runners.backlog_verdict
+        runner = runners[QUEUE]
+        verdict = runner.backlog_verdict
 
-        def noted_verdict(queue: str, ready: bool, seen: int) -> None:
-            verdict(queue, ready, seen)
-            if queue == QUEUE and ready:
+        def noted_verdict(ready: bool, seen: ProbeSeen) -> None:
+            verdict(ready, seen)
+            if ready:
                 judged.set()
 
         worker.completer._write = held_write  # type: ignore[method-assign]
-        runners.backlog_verdict = noted_verdict  # type: ignore[method-assign]
+        runner.backlog_verdict = noted_verdict  # type: ignore[method-assign]
         gates.open(first)
         wait_until(handed.is_set, what="the hand-over claim came back empty")
         third = Job.objects.enqueue("gated", queue=QUEUE).pk  # LISTEN off: nobody announces it
@@ -167,82 +167,3 @@ def test_backlog_seen_while_a_hand_over_claims__the_queue_looks_again_after_it()
         let_go.set()
         wait_until(lambda: started == [first, third], what="the third job started")
         gates.open(third)
-
-
-# --- the bookkeeping, over any order of events ------------------------------------------------
-
-QUEUES = ("q0", "q1", "q2")
-
-
-class _Runners:
-    """What the probe's owed looks read of the runners: whose own poll is under way, and how many
-    looks at its due jobs (claims, arrival reads, sweeps) each queue has begun."""
-
-    def __init__(self) -> None:
-        self.polling = dict.fromkeys(QUEUES, False)
-        self.begun = dict.fromkeys(QUEUES, 0)
-        self.paused: set[str] = set()
-
-    def polls_under_way(self) -> dict[str, int]:
-        return {q: self.begun[q] for q in QUEUES if self.polling[q] and q not in self.paused}
-
-    def poll_under_way(self, queue: str) -> bool:
-        return self.polling[queue]
-
-    def looks_begun(self, queue: str) -> int | None:
-        return None if queue in self.paused else self.begun[queue]
-
-    def candidates(self) -> list[str]:
-        return [q for q in QUEUES if not self.polling[q] and q not in self.paused]
-
-
-EVENTS = st.one_of(
-    st.tuples(st.sampled_from(["poll", "look", "end", "pause", "unpause"]), st.sampled_from(QUEUES)),
-    st.tuples(st.sampled_from(["request", "probe"]), st.none()),
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(EVENTS, max_size=40))
-def test_owed_looks__a_poll_under_way_at_a_request_is_looked_after__whatever_the_order(
-    events: list[tuple[str, str | None]],
-) -> None:
-    """After a request to look now, every queue whose own poll was under way then gets a look that
-    began after the request: a probe query that covers it, or a look of its own (a claim) begun
-    later; or it is paused, and wants none. A poll may look several times, or not at all (not
-    hungry, no permit). Until the queue has its look, the probe owes it; once every poll ends, one
-    probe pass pays every debt and leaves none."""
-    runners = _Runners()
-    probe = BacklogProbe(SimpleNamespace(runners=runners))  # type: ignore[arg-type]
-    waiting: set[str] = set()  # queues owed a look, by the rule above (the test's own account)
-
-    def probe_pass() -> None:  # what one turn of BacklogProbe.run does with the debts
-        probe._settle_owed()
-        looked = runners.candidates()
-        waiting.difference_update(looked)
-        probe._settle_owed(looked)
-
-    for event, queue in events:
-        if event == "poll" and queue is not None:
-            runners.polling[queue] = True
-        elif event == "look" and queue is not None and runners.polling[queue]:
-            runners.begun[queue] += 1
-            waiting.discard(queue)  # this look began after every request so far
-        elif event == "end" and queue is not None:
-            runners.polling[queue] = False
-        elif event == "pause" and queue is not None:
-            runners.paused.add(queue)
-            waiting.discard(queue)
-        elif event == "unpause" and queue is not None:
-            runners.paused.discard(queue)
-        elif event == "request":
-            waiting.update(runners.polls_under_way())
-            probe.look_now()
-        elif event == "probe":
-            probe_pass()
-        assert waiting <= set(probe._owed), (waiting, probe._owed)
-    for queue in QUEUES:
-        runners.polling[queue] = False
-    probe_pass()
-    assert not waiting
-    assert not probe._owed

@@ -95,7 +95,7 @@ def test_runner_state__is_private_and_read_only() -> None:
 
 def test_runner_state__no_module_outside_the_runner_assigns_it() -> None:
     state = _runner_state()
-    assert {"_hungry", "_nudges", "_claimed", "_bucket", "_lanes", "_hand_overs_out"} <= state
+    assert {"_backlog", "_claimed", "_bucket", "_source"} <= state
     writes = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         if path == RUNNER or "migrations" in path.parts:
@@ -103,6 +103,32 @@ def test_runner_state__no_module_outside_the_runner_assigns_it() -> None:
         for line, attr in _assigned_attributes(_tree(path)):
             if attr in state:
                 writes.append(f"{path.relative_to(PACKAGE_DIR)}:{line} assigns .{attr}")
+    assert writes == []
+
+
+def test_backlog_belief__is_one_object_written_only_by_its_transitions() -> None:
+    # The belief "this queue may have due jobs" lives in backlog.Backlog alone: no runner field
+    # keeps a part of it, and no module but backlog.py writes its state.
+    assert not {"_hungry", "_nudges", "_polling", "_looks_begun", "_hand_overs_out", "_owed"} & _runner_state()
+    backlog_py = WORKER_DIR / "backlog.py"
+    state = set(
+        ast.literal_eval(
+            next(
+                node.value
+                for node in ast.walk(_tree(backlog_py))
+                if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets)
+            )
+        )
+    )
+    assert {"_hungry", "_generation", "_polling", "_owed", "_claims_out"} <= state
+    writes = [
+        f"{path.relative_to(PACKAGE_DIR)}:{line} assigns .{attr}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if path != backlog_py and "migrations" not in path.parts
+        for line, attr in _assigned_attributes(_tree(path))
+        if attr in state
+    ]
     assert writes == []
 
 
