@@ -1,6 +1,7 @@
 """Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``spin``,
 ``fail``, ``record``, ``count_atomic``, ``count_plain``, ``noop_sync``, ``noop_atomic``,
-``touch_sync``, ``touch_atomic`` and ``send_welcome``, and one periodic job, ``demo_tick``."""
+``touch_sync``, ``touch_atomic`` and ``send_welcome``, and one periodic job, ``demo_tick``
+(``demo_wf_node`` and ``demo_durable_effects`` are in the modules imported below)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from awa_django import JobContext, job
+from testproject.demo import durable_jobs as durable_jobs  # registers demo_durable_effects
 from testproject.demo import workflow_jobs as workflow_jobs  # registers demo_wf_node
 from testproject.demo.models import Execution
 
