@@ -33,7 +33,7 @@ def bouncer(django_db_setup: None, django_db_blocker: object) -> Iterator[PgBoun
 def direct_url() -> str:
     """A libpq URL of a direct connection to the test database (for LISTEN_DATABASE_URL)."""
     params = connection.settings_dict
-    host = str(params.get("HOST") or "")
+    host = str(params.get("HOST") or (params.get("OPTIONS") or {}).get("host") or "")  # or ?host= of DATABASE_URL
     # The password too, when the server asks for one (a DATABASE_URL server over TCP).
     password = f":{quote(str(params['PASSWORD']), safe='')}" if params.get("PASSWORD") else ""
     user = quote(str(params.get("USER") or "postgres"), safe="") + password

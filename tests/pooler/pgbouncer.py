@@ -20,10 +20,12 @@ __all__ = ["PGBOUNCER", "PgBouncer", "free_port", "start"]
 
 def start(settings_dict: dict[str, Any], pool_size: int = 20) -> PgBouncer:
     """Start PgBouncer (transaction mode) in front of the server of ``settings_dict``; wait until it
-    accepts connections."""
+    accepts connections. The server's host or socket directory is HOST, or the ``host`` option a
+    ``DATABASE_URL`` of libpq's socket form (``postgresql://user@/name?host=/dir``) leaves in OPTIONS."""
+    options = settings_dict.get("OPTIONS") or {}
     return start_pgbouncer(
-        host=str(settings_dict.get("HOST") or "/tmp"),
-        port=str(settings_dict.get("PORT") or "5432"),
+        host=str(settings_dict.get("HOST") or options.get("host") or "/tmp"),
+        port=str(settings_dict.get("PORT") or options.get("port") or "5432"),
         user=str(settings_dict.get("USER") or "postgres"),
         password=str(settings_dict.get("PASSWORD") or ""),
         pool_mode="transaction",
