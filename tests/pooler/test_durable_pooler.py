@@ -122,7 +122,7 @@ def test_durable__behind_pgbouncer__steps_sleep_wait_and_signals(
     assert runs == {(job_id, f"s{i}"): 1 for job_id in ids for i in range(1, STEPS + 1)}  # each step ran once
     for job in Job.objects.filter(id__in=ids):
         assert job.attempt == 1, (job.id, job.attempt, job.errors)  # no attempt failed
-        assert job.result["payload"] == {"by": job.id}
+        assert job.result is not None and job.result["payload"] == {"by": job.id}
         steps = {step.name: step for step in JobStep.objects.filter(job_id=job.id)}
         assert sorted(steps) == ["s1", "s2", "s3", "s4", "sleep#1", "wait:go#1"]
         assert steps["wait:go#1"].result == {"by": job.id}
