@@ -74,7 +74,7 @@ def setup() -> None:
 
 
 def conninfo(db: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    host = db.get("HOST") or None
+    host = db.get("HOST") or (db.get("OPTIONS") or {}).get("host") or None  # or ?host=/dir of DATABASE_URL
     if host is None and db.get("ENGINE") == "testproject.embedded_postgresql":
         from testproject.embedded import socket_dir
 
