@@ -230,7 +230,11 @@ def key_scenarios(keys: list[int], slots: int, seed: int) -> None:
         until = 6 * count * 0.05 / slots
         for rotation, make in ROTATIONS.items():
             rng = random.Random(seed)
-            _, grants, cpu, _ = drain(make, slots, specs, lambda _, rng=rng: rng.uniform(0.04, 0.06), until)
+
+            def run_time(name: str, rng: random.Random = rng) -> float:
+                return rng.uniform(0.04, 0.06)
+
+            _, grants, cpu, _ = drain(make, slots, specs, run_time, until)
             tail = grants[len(grants) // 2 :]
             gaps = sorted(abs(b[1] - a[1]) for a, b in itertools.pairwise(tail))
             print(
