@@ -317,7 +317,7 @@ def run_key_scenarios() -> list[str]:
     """Each key scenario's table rows: ideal share, measured share, error (and first start)."""
     from django.db import transaction
 
-    from awa_django.concurrency.keys import water_fill
+    from awa_django.concurrency.waterfill import water_fill
     from awa_django.models import FairKey, Job, Queue
     from tests.worker.fairkeys import add_jobs, all_backlogged_until, ran, shares
 

@@ -3,10 +3,11 @@
 A job may carry a *fair key* (``"tenant:42"``; jobs without one share the default key ``""``).
 The queue's slots, however its mode gives them (``max_workers``, or floor plus overflow share),
 are shared among the keys that have due jobs, in proportion to each key's weight, no key above
-its cap (``max_running``), what a capped key cannot use going to the others: a weighted
-water-fill. It is work-conserving: a lone key uses every slot. Priority orders a key's own jobs
-and never reaches across keys, so one key's flood of priority-1 jobs cannot starve another
-key's priority-2 job.
+its cap (``max_running``), what a capped key cannot use going to the others: the weighted
+water-fill of ``awa_django.concurrency.waterfill``, the rule the queues' overflow pool shares
+(the admin reads each key's share in force from it). It is work-conserving: a lone key uses
+every slot. Priority orders a key's own jobs and never reaches across keys, so one key's flood
+of priority-1 jobs cannot starve another key's priority-2 job.
 
 **How the integer slots rotate: fair queueing on slot-seconds.** Each key has a *tag*, the
 slot-seconds it has been served per unit of weight: the run time of its finished attempts plus,
@@ -461,29 +462,3 @@ class KeyShares:
             heapq.heappop(heap)
             if entry is not None and entry.heaped is item:
                 entry.heaped = None
-
-
-def water_fill(total: float, weights: Mapping[str, int], caps: Mapping[str, float | None]) -> dict[str, float]:
-    """Each key's fractional share of ``total`` slots: by weight, none above its cap, what a
-    capped key cannot use divided among the others the same way. Shares sum to
-    ``min(total, sum of caps)``. O(k log k)."""
-    if total < 0:
-        raise ValueError(f"total must be at least 0, got {total!r}")
-    for key, weight in weights.items():
-        _check_weight(key, weight)
-
-    def cap_per_weight(key: str) -> float:
-        cap = caps.get(key)
-        return math.inf if cap is None else cap / weights[key]
-
-    order = sorted(weights, key=cap_per_weight)  # the most tightly capped first
-    shares: dict[str, float] = {}
-    left, weight_left = float(total), sum(weights.values())
-    for key in order:
-        fair = left * weights[key] / weight_left if weight_left else 0.0
-        cap = caps.get(key)
-        share = fair if cap is None else min(fair, float(cap))
-        shares[key] = share
-        left -= share
-        weight_left -= weights[key]
-    return shares

@@ -7,10 +7,9 @@ dispatcher asks only when it knows of backlog and has rate tokens, and clears it
 when a claim comes back short or the queue is paused, so an empty, paused or rate-starved
 queue does not contend. A queue's *cap* is what it could use: `held + demand`.
 
-**Fractional shares: weighted water-fill.** The pool's `total` is divided among the
-contenders in proportion to weight, except that no queue gets more than its cap; what a
-capped queue cannot use is divided among the others the same way. With one contender its
-share is the whole pool (work-conserving); shares sum to `min(total, sum of caps)`.
+**Fractional shares: the weighted water-fill** of `awa_django.concurrency.waterfill`, the
+rule fair keys share: the pool's `total` among the contenders by weight, none above its cap.
+With one contender its share is the whole pool (work-conserving).
 
 **Integer targets: a credit ledger rotates the remainder.** Each contender earns credit at
 the rate `share - held` (slot-seconds, on the clock passed in): a queue below its share
@@ -56,8 +55,10 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cmp_to_key
+from operator import attrgetter
 
 from awa_django.concurrency.validation import check_count, is_int
+from awa_django.concurrency.waterfill import water_level
 from awa_django.exceptions import InvalidWeightError
 
 # A queue that stays away forgets its debt by half every DEBT_HALF_LIFE seconds: enough to stop a
@@ -88,6 +89,7 @@ def _rank_order(a: _RankKey, b: _RankKey) -> int:
 
 
 _RANK = cmp_to_key(_rank_order)
+_TIER = attrgetter("caps", "weights")  # a bucket as the water-fill walks it
 
 
 def _run(
@@ -609,23 +611,14 @@ class OverflowPool:
             del self._buckets[key]
             del self._order[bisect_left(self._order, (key[0] / key[1], *key))]
         # Removed queues (weight 0) keep what they hold and take no part in the split.
-        left = self._total - self._removed_held
-        weight = self._weight_all
-        capped = 0
-        for _, cap, per in self._order:
-            if left <= 0 or cap * weight > left * per:
-                break
-            bucket = self._buckets[(cap, per)]
-            left -= bucket.caps
-            weight -= bucket.weights
-            capped += 1
+        buckets = [self._buckets[(cap, per)] for _, cap, per in self._order]
+        capped, left, _ = water_level(self._total - self._removed_held, map(_TIER, buckets), self._weight_all)
         flipped = False
-        for index, (_, cap, per) in enumerate(self._order):
-            bucket = self._buckets[(cap, per)]
+        for index, bucket in enumerate(buckets):
             if bucket.capped != (index < capped):
                 self._flip(bucket, tau)
                 flipped = True
-        self._left = left = max(0, left)
+        self._left = left
         self._rate = left / self._unc_weight if self._unc_weight else 0.0
         self._floors = {}
         self._remainder = (

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connections
 
-from awa_django.concurrency.keys import water_fill
+from awa_django.concurrency.waterfill import water_fill
 from awa_django.defaults import KEY_WEIGHT_DEFAULT, MAX_WORKERS_DEFAULT
 from awa_django.models import FairKey, JobState, Queue
 from awa_django.services.cluster import capacities_by_queue, live_workers

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from awa_django.concurrency.keys import water_fill
+from awa_django.concurrency.waterfill import water_fill
 from awa_django.models import FairKey, Job, WorkerInstance
 from awa_django.services.keys import KEYS_SHOWN, KeySettings, queue_keys, shares_in_force, top_keys
 from tests.admin.conftest import client_for

@@ -6,11 +6,14 @@ the rule, so the incremental pool is checked against it (`test_pool_oracle.py`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cmp_to_key
 
 from awa_django.concurrency.validation import check_count, is_int
+from awa_django.concurrency.waterfill import water_fill
 from awa_django.exceptions import InvalidWeightError
 
 # A queue that stays away forgets its debt by half every DEBT_HALF_LIFE seconds: enough to stop a
@@ -329,28 +332,20 @@ class ReferencePool:
         for e in entries:
             e.share, e.floor, e.capped, e.fractional = float(e.held), e.held, True, False
         # Removed queues (weight 0) keep what they hold and take no part in the split.
-        fill = sorted((e for e in entries if e.weight > 0), key=lambda e: (e.held + e.demand) / e.weight)
-        left = self._total - sum(e.held for e in entries if e.weight == 0)
-        weight = sum(e.weight for e in fill)
-        index = 0
-        while index < len(fill):
-            e = fill[index]
-            cap = e.held + e.demand
-            if left <= 0 or cap * weight > left * e.weight:
-                break
-            e.share, e.floor, e.capped, e.fractional = float(cap), cap, True, False
-            left -= cap
-            weight -= e.weight
-            index += 1
-        left = max(0, left)
-        floors = 0
-        for e in fill[index:]:
-            e.share = left * e.weight / weight
-            e.floor, rest = divmod(left * e.weight, weight)  # exact, whatever the float rounding
-            e.fractional = rest > 0
-            e.capped = False
-            floors += e.floor
-        self._remainder = left - floors if index < len(fill) else 0
+        fill = {q: e for q, e in self._contenders.items() if e.weight > 0}
+        left = max(0, self._total - sum(e.held for e in entries if e.weight == 0))
+        caps = {q: Fraction(e.held + e.demand) for q, e in fill.items()}
+        shares = water_fill(Fraction(left), {q: e.weight for q, e in fill.items()}, caps)
+        fractions = Fraction(0)  # of the uncapped shares: they add up to whole slots, the remainder
+        for q, e in fill.items():
+            share = shares[q]
+            e.share, e.floor = float(share), math.floor(share)
+            e.capped = share == e.held + e.demand
+            e.fractional = not e.capped and share != e.floor
+            if not e.capped:
+                fractions += share - e.floor
+        assert fractions.denominator == 1
+        self._remainder = int(fractions)
 
     def _targets(self, now: float) -> dict[str, int]:
         """Every contender's integer target. Reused while nothing changed and the clock moved

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from awa_django.concurrency import Allocator, Permit, QueueLimits, TokenBucket
+from awa_django.concurrency.waterfill import water_fill
 
 
 @dataclass(frozen=True)
@@ -192,17 +193,5 @@ def ideal_shares(global_max: int, specs: list[QueueSpec], used: dict[str, float]
     floors = {s.name: min(Fraction(s.min_workers), use_cap[s.name]) for s in specs}
     overflow_caps = {s.name: max(Fraction(0), use_cap[s.name] - s.min_workers) for s in specs}
     pool = Fraction(global_max - sum(s.min_workers for s in specs))
-    weights = {s.name: s.weight for s in specs if overflow_caps[s.name] > 0}
-    shares = dict.fromkeys(overflow_caps, Fraction(0))
-    while weights and pool > 0:
-        total_weight = sum(weights.values())
-        capped = {q for q, w in weights.items() if overflow_caps[q] <= pool * w / total_weight}
-        if not capped:
-            for q, w in weights.items():
-                shares[q] = pool * w / total_weight
-            break
-        for q in capped:
-            shares[q] = overflow_caps[q]
-            pool -= overflow_caps[q]
-            del weights[q]
+    shares = water_fill(pool, {s.name: s.weight for s in specs}, overflow_caps)
     return {s.name: floors[s.name] + shares[s.name] for s in specs}

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awa_django.concurrency.keys import KeyShares, water_fill
+from awa_django.concurrency.keys import KeyShares
+from awa_django.concurrency.waterfill import water_fill
 
 
 @dataclass(frozen=True)
@@ -326,27 +327,6 @@ def test_blocked_key__waits_for_unblock_and_others_take_its_slots() -> None:
 def test_bad_input__clear_errors(call: object, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()  # type: ignore[operator]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.floats(0, 50),
-    st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 9), min_size=1, max_size=6),
-    st.data(),
-)
-def test_water_fill__matches_the_definition(total: float, weights: dict[str, int], data: st.DataObject) -> None:
-    caps = {k: data.draw(st.none() | st.floats(0, 20)) for k in weights}
-    shares = water_fill(total, weights, caps)
-    bounded = sum(math.inf if c is None else c for c in caps.values())
-    assert sum(shares.values()) == pytest.approx(min(total, bounded), abs=1e-6)
-    # Each key is at its cap, or at the common level (share per weight) that no uncapped key is below.
-    uncapped = [k for k in weights if (cap := caps[k]) is None or shares[k] < cap - 1e-9]
-    if uncapped:
-        level = shares[uncapped[0]] / weights[uncapped[0]]
-        for key in uncapped:
-            assert shares[key] / weights[key] == pytest.approx(level, abs=1e-6)
-        for key in weights:
-            assert shares[key] / weights[key] <= level + 1e-6
 
 
 def _interleaved_drain(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from awa_django.concurrency import OverflowPool
+from awa_django.concurrency.waterfill import water_fill
 from awa_django.exceptions import InvalidWeightError
 
 
@@ -226,25 +227,6 @@ QUEUES = ("a", "b", "c", "d")
 weights_strategy = st.dictionaries(st.sampled_from(QUEUES), st.integers(1, 5), max_size=len(QUEUES))
 
 
-def reference_shares(total: int, weights: dict[str, int], caps: dict[str, int]) -> dict[str, Fraction]:
-    """Weighted water-fill in exact fractions, written plainly: the model the pool must match."""
-    shares = dict.fromkeys(caps, Fraction(0))
-    active = {q for q in caps if caps[q] > 0}
-    left = Fraction(total)
-    while active and left > 0:
-        weight = sum(weights[q] for q in active)
-        capped = {q for q in active if caps[q] <= left * weights[q] / weight}
-        if not capped:
-            for q in active:
-                shares[q] = left * weights[q] / weight
-            break
-        for q in capped:
-            shares[q] = Fraction(caps[q])
-            left -= caps[q]
-        active -= capped
-    return shares
-
-
 class OverflowPoolMachine(RuleBasedStateMachine):
     """Random acquire / release / clear-demand / reconfigure sequences on a moving clock,
     checked against a plain model of the rule."""
@@ -334,7 +316,11 @@ class OverflowPoolMachine(RuleBasedStateMachine):
         contending = {q for q in self.contenders() if q in self.weights}
         removed_held = sum(n for q, n in self.held.items() if q not in self.weights)
         caps = {q: self.held[q] + self.demand[q] for q in contending}
-        expected = reference_shares(max(0, self.total - removed_held), self.weights, caps)
+        expected = water_fill(
+            Fraction(max(0, self.total - removed_held)),
+            {q: self.weights[q] for q in contending},
+            {q: Fraction(cap) for q, cap in caps.items()},
+        )
         targets = {q: self.pool.target(q, now=self.now) for q in contending}
         for queue in contending:
             share = self.pool.share(queue)

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from awa_django.concurrency.keyconfig import QueueKeySettings
-from awa_django.concurrency.keys import water_fill
+from awa_django.concurrency.waterfill import water_fill
 from awa_django.context import ClaimedJob
 from awa_django.sql import FREED_KEYS_CHANNEL, statements
 from awa_django.worker.db import make_pool
