@@ -470,7 +470,7 @@ def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
         return []
     import psycopg
 
-    from awa_django.worker.db import connection_kwargs
+    from awa_django.dbparams import connection_kwargs
 
     params = connection_kwargs(alias)
     params["prepare_threshold"] = None

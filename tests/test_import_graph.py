@@ -65,7 +65,8 @@ def test_awa_django__has_no_import_cycles() -> None:
 
 # What a web process does: django.setup() (the admin autodiscovers its modules, awa's AppConfig
 # wires checks and the Tasks backends), the URLconf, the admin's pages rendered for a staff user,
-# and enqueues through Job.objects, a @job handler and a Tasks framework @task. All of it in one
+# and enqueues through Job.objects, a @job handler and a Tasks framework @task, then every system
+# check (manage.py check, runserver), the database ones included. All of it in one
 # transaction that is rolled back, on this run's test database; a fresh interpreter, so that the
 # modules this test process has loaded do not count.
 WEB_PROCESS = """
@@ -100,8 +101,12 @@ with transaction.atomic():
     pages["index"] = client.get(reverse("admin:index")).status_code
     transaction.set_rollback(True)
 after_admin = sorted(name for name in sys.modules if name.startswith("awa_django.worker"))
+from django.core.management import call_command
+call_command("check", databases=["default"], verbosity=0)  # every system check, the database ones too
+after_check = sorted(name for name in sys.modules if name.startswith("awa_django.worker"))
 print(json.dumps({
-    "setup": after_setup, "enqueue": after_enqueue, "admin": after_admin, "pages": pages, "resolved": task_resolved
+    "setup": after_setup, "enqueue": after_enqueue, "admin": after_admin, "check": after_check, "pages": pages,
+    "resolved": task_resolved
 }))
 """
 
@@ -125,3 +130,4 @@ def test_web_process__loads_no_worker_module() -> None:
     assert loaded["setup"] == [], "django.setup() with the admin installed"
     assert loaded["enqueue"] == [], "Job.objects.enqueue, handler.enqueue, task.enqueue"
     assert loaded["admin"] == [], "the admin's pages"
+    assert loaded["check"] == [], "manage.py check, the database checks included (runserver runs them too)"

@@ -19,10 +19,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import connections
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django.conf import awa_settings
+from awa_django.dbparams import LISTEN_PURPOSE, connection_kwargs, listen_kwargs
+
+__all__ = [
+    "LISTEN_PURPOSE",
+    "TRANSIENT_ERRORS",
+    "Backoff",
+    "connect",
+    "connection_kwargs",
+    "listen_kwargs",
+    "make_pool",
+    "retrying",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,25 +49,6 @@ except ImportError:  # pragma: no cover
     pass
 
 
-def connection_kwargs(alias: str) -> dict[str, Any]:
-    """psycopg.connect() keyword arguments for a Django database alias."""
-    connection = connections[alias]
-    params = dict(connection.get_connection_params())
-    for key in ("cursor_factory", "context"):
-        params.pop(key, None)
-    # Django turns server-side prepared statements off for the sake of poolers; the worker's hot
-    # statements gain from them, so keep psycopg's default unless OPTIONS asks otherwise, or the
-    # settings say a transaction pooler stands in between (a statement prepared in one server
-    # session does not exist in the next: "prepared statement "_pg3_0" does not exist").
-    if not awa_settings().use_prepared_statements:
-        params["prepare_threshold"] = None
-    elif "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
-        params.pop("prepare_threshold", None)
-    params["autocommit"] = True
-    params.setdefault("application_name", "awa_worker")
-    return params
-
-
 async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnection[Any]:
     """A dedicated connection; ``purpose`` is appended to its application_name (``awa_worker:listen``)
     so operators (and tests) can tell it apart in pg_stat_activity."""
@@ -67,16 +59,6 @@ async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnec
     if purpose == LISTEN_PURPOSE and listen_url:
         return await psycopg.AsyncConnection.connect(listen_url, **listen_kwargs(kwargs))
     return await psycopg.AsyncConnection.connect(**kwargs)
-
-
-LISTEN_PURPOSE = "listen"
-
-
-def listen_kwargs(alias_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Options for the direct LISTEN connection: the URL names the server, database and user; only
-    the session options (autocommit, application_name, prepare_threshold) come from the alias."""
-    keep = ("autocommit", "application_name", "prepare_threshold")
-    return {key: alias_kwargs[key] for key in keep if key in alias_kwargs}
 
 
 def make_pool(alias: str, size: int) -> AsyncConnectionPool:

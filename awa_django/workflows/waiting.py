@@ -67,7 +67,7 @@ class JobMissingError(AwaError, LookupError):
 
 def _conninfo(alias: str) -> tuple[str, dict[str, Any]]:
     """The waiter's connection: LISTEN_DATABASE_URL when set (direct, behind a pooler), else the alias."""
-    from awa_django.worker.db import connection_kwargs, listen_kwargs
+    from awa_django.dbparams import connection_kwargs, listen_kwargs
 
     kwargs = connection_kwargs(alias)
     kwargs["application_name"] = f"{kwargs.get('application_name', 'awa')}:wait"
