@@ -1,6 +1,8 @@
-"""Restart a durable job from one of its steps: forget that step and the steps after it, and run
-the job again from the top (docs/guide/durable-jobs.md); what the admin's "Restart from step"
-button calls, and your code can.
+"""Durable jobs' operator services (docs/guide/durable-jobs.md): how many jobs are parked, per
+queue (``parked_counts``, the metrics view's ``awa_queue_parked_jobs``), and restarting a job from
+one of its steps (``restart_from_step``, what the admin's "Restart from step" button calls).
+
+``restart_from_step`` forgets that step and the steps after it, and runs the job again from the top.
 
 "After" is by ``started_at``: the step chosen and every step of the job that started at or after
 it are deleted, so at the next attempt they run again (a wait waits again, for a new event: the
@@ -22,10 +24,11 @@ moved, in that order. A worker cannot claim or park it meanwhile; a signal to it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Func, JSONField, Value
+from django.db.models import Count, F, Func, JSONField, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Greatest, JSONObject, Least, Now
 
@@ -38,6 +41,23 @@ from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
 
 RESTARTED = "restarted"  # the error entry's prefix: "restarted: from step …"
+SLEEPING, WAITING = "sleeping", "waiting"  # how a job is parked: awa_queue_parked_jobs' "parked" label
+
+
+def parked_counts(queues: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+    """``{queue: {"sleeping": n, "waiting": n}}``: the durable jobs parked in a sleep
+    (``Job.objects.sleeping()``) and in a wait for an event (``awaiting_event()``), per queue that
+    has any. Two queries; each reads the scheduled (or waiting) jobs and probes awa_job_step's
+    primary key for each, so the cost is those jobs, never the finished history."""
+    alias = database_alias()
+    jobs = Job.objects.using(alias).all()
+    if queues is not None:
+        jobs = jobs.filter(queue__in=list(queues))
+    counts: dict[str, dict[str, int]] = {}
+    for how, parked in ((SLEEPING, jobs.sleeping()), (WAITING, jobs.awaiting_event())):
+        for row in parked.values("queue").annotate(n=Count("pk")).order_by():
+            counts.setdefault(row["queue"], {SLEEPING: 0, WAITING: 0})[how] = row["n"]
+    return counts
 
 
 class Restarted(NamedTuple):
