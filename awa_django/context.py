@@ -119,6 +119,7 @@ class JobContext:
         "_progress_json",
         "_steps",
         "_upstreams",
+        "clock_floor",
         "finishing",
         "job",
         "running_thread",
@@ -140,6 +141,8 @@ class JobContext:
         self.running_thread: asyncio.Future[Any] | None = None
         self._upstreams: list[Any] | None = None  # a workflow step's upstream results, read once
         self._steps: Steps | None = None  # a durable job's steps, read at its first step
+        # run_jobs(now=...) sets it: durable sleeps and waits read the clock as at least this.
+        self.clock_floor: datetime | None = None
 
     def upstreams(self, name: str | None = None) -> list[Any]:
         """This workflow step's upstream jobs (``UpstreamResult``: name, job_id, state, result),
@@ -176,7 +179,7 @@ class JobContext:
         if sync:
             _refuse_on_loop()
         if self._steps is None:
-            self._steps = Steps(self.job.id, self.job.attempt)
+            self._steps = Steps(self.job.id, self.job.attempt, floor=self.clock_floor)
         return self._steps
 
     @property

@@ -86,14 +86,19 @@ def _loads(value: Any) -> Any:
 class Steps:
     """One attempt's view of its job's steps: read once, at the first step, sleep or wait."""
 
-    __slots__ = ("_clock", "_counts", "_stored", "_used", "alias", "attempt", "job_id", "parked")
+    __slots__ = ("_clock", "_counts", "_stored", "_used", "alias", "attempt", "floor", "job_id", "parked")
 
-    def __init__(self, job_id: int, attempt: int, alias: str | None = None) -> None:
+    def __init__(self, job_id: int, attempt: int, alias: str | None = None, floor: datetime | None = None) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.alias = alias or awa_settings().DATABASE_ALIAS
+        # The clock reads at least this (run_jobs(now=...): a test's time moved on): sleeps and
+        # deadlines are decided and recorded by it; the park's delay stays relative to the
+        # database's clock, which the writer adds it to.
+        self.floor = floor
         self._stored: dict[str, StoredStep] | None = None
-        self._clock: tuple[datetime, float] | None = None  # the database's clock, and monotonic() then
+        # The database's clock, monotonic() then, and now() then (in a transaction: its start).
+        self._clock: tuple[datetime, float, datetime] | None = None
         self._used: set[str] = set()  # names used in this run
         self._counts: dict[str, int] = {}  # default names given, by prefix
         self.parked: Park | None = None  # set when a sleep or wait parked this attempt
@@ -106,19 +111,24 @@ class Steps:
             with connections[self.alias].cursor() as cursor:
                 cursor.execute(statements["read_job_steps"], {"job": self.job_id})
                 rows = cursor.fetchall()
-            for name, kind, result, finished_at, wake_at, timed_out, event, now in rows:
+            for name, kind, result, finished_at, wake_at, timed_out, event, now, since in rows:
                 if name is not None:
                     stored[name] = StoredStep(kind, _loads(result), finished_at, wake_at, bool(timed_out), event)
-                self._clock = (now, time.monotonic())
+                self._clock = (now, time.monotonic(), since)
             self._stored = stored
         return self._stored
 
-    def now(self) -> datetime:
-        """The database's clock, as read with the steps and advanced by this process's since."""
+    def _database_now(self) -> datetime:
         self._load()
         assert self._clock is not None
-        read, at = self._clock
+        read, at, _ = self._clock
         return read + timedelta(seconds=time.monotonic() - at)
+
+    def now(self) -> datetime:
+        """The database's clock, as read with the steps and advanced by this process's since (or
+        the floor, when that is later)."""
+        now = self._database_now()
+        return now if self.floor is None or self.floor <= now else self.floor
 
     def _use(self, name: str, kind: str) -> StoredStep | None:
         """Claim ``name`` for this run; the stored step of that name, if any."""
@@ -138,12 +148,15 @@ class Steps:
         n = self._counts[prefix] = self._counts.get(prefix, 0) + 1
         return f"{prefix}#{n}"
 
-    def _insert(self, name: str, kind: str, **values: Any) -> bool:
+    def _insert(self, name: str, kind: str, **values: Any) -> tuple[bool, datetime | None]:
+        """Write the step's record: (whether it was written, its wake time). A wake time or a
+        deadline is counted from the database's clock, or from the floor when that is later."""
         params: dict[str, Any] = {"job": self.job_id, "name": name, "kind": kind, "attempt": self.attempt}
-        params.update({"result": None, "ran": None, "delay": None, "event": None}, **values)
+        params.update({"result": None, "ran": None, "delay": None, "event": None, "floor": self.floor}, **values)
         with connections[self.alias].cursor() as cursor:
             cursor.execute(statements["insert_job_step"], params)
-            return cursor.fetchone() is not None
+            row = cursor.fetchone()
+        return (False, None) if row is None else (True, row[0])
 
     def _reread(self, name: str) -> StoredStep:
         """The step another attempt of the job stored first (our insert found it there)."""
@@ -170,7 +183,7 @@ class Steps:
             text = to_json(result, f"the result of step {name!r}")
         except UnstorableValueError as exc:
             raise UnstorableStepResultError(self.job_id, name, str(exc)) from None
-        if not self._insert(name, STEP, result=text, ran=ran):
+        if not self._insert(name, STEP, result=text, ran=ran)[0]:
             return self._reread(name).result
         value = json.loads(text)
         assert self._stored is not None
@@ -184,18 +197,17 @@ class Steps:
         name = name or self.default_name(SLEEP)
         stored = self._use(name, SLEEP)
         if stored is None:
-            if not self._insert(name, SLEEP, delay=seconds):
-                stored = self._reread(name)
+            written, wake = self._insert(name, SLEEP, delay=seconds)
+            if not written:
+                wake = self._reread(name).wake_at
             elif seconds <= 0:
                 return None
-            else:
-                remaining = seconds
-        if stored is not None:
-            assert stored.wake_at is not None
-            remaining = (stored.wake_at - self.now()).total_seconds()
-            if remaining <= 0:
-                return None
-        return self._park(Park(JobState.SCHEDULED, remaining, False))
+        else:
+            wake = stored.wake_at
+        assert wake is not None
+        if wake <= self.now():
+            return None
+        return self._park(JobState.SCHEDULED, wake, waits_event=False)
 
     def seconds_until(self, when: datetime) -> float:
         if when.tzinfo is None:
@@ -233,27 +245,27 @@ class Steps:
             payload = _loads(taken[0])
             self._load()[name] = StoredStep(WAIT, payload, self.now(), None, False, event)
             return None, payload
-        remaining: float | None
+        deadline: datetime | None
         if stored is None:
             if timeout is not None and timeout <= 0:
                 raise StepError(self.job_id, name, f"wait_for timeout={timeout!r}: give a positive number of seconds")
-            if not self._insert(name, WAIT, delay=timeout, event=event):
+            written, deadline = self._insert(name, WAIT, delay=timeout, event=event)
+            if not written:
                 return self._again(event, timeout, name)
-            remaining = timeout
         elif stored.wake_at is None:
-            remaining = None
+            deadline = None
         else:
-            remaining = (stored.wake_at - self.now()).total_seconds()
-            if remaining <= 0:
+            deadline = stored.wake_at
+            if deadline <= self.now():
                 with connections[self.alias].cursor() as cursor:
                     cursor.execute(statements["end_job_wait"], {"job": self.job_id, "name": name})
                     ended = cursor.fetchone() is not None
                 if not ended:  # an event was taken meanwhile by another attempt: read it
                     return self._again(event, timeout, name)
                 raise WaitTimeout(self.job_id, name, event)
-        if remaining is None:
-            return self._park(Park(JobState.WAITING, None, True)), None
-        return self._park(Park(JobState.SCHEDULED, remaining, True)), None
+        if deadline is None:
+            return self._park(JobState.WAITING, None, waits_event=True), None
+        return self._park(JobState.SCHEDULED, deadline, waits_event=True), None
 
     def _again(self, event: str, timeout: float | None, name: str) -> tuple[Park | None, Any]:
         """The wait's record changed under us (another attempt of the job): read it and decide again."""
@@ -261,6 +273,18 @@ class Steps:
         self._used.discard(name)
         return self.wait_for(event, timeout, name)
 
-    def _park(self, park: Park) -> Park:
-        self.parked = park
+    def _writer_now(self) -> datetime:
+        """The now() the park's delay will be added to: inside a transaction (an atomic handler's,
+        run_jobs' test transaction) the writer writes in it, and now() is its start; elsewhere the
+        worker's writer writes a moment later (the job then wakes that moment late, never early)."""
+        if connections[self.alias].in_atomic_block:
+            self._load()
+            assert self._clock is not None
+            return self._clock[2]
+        return self._database_now()
+
+    def _park(self, state: JobState, wake: datetime | None, *, waits_event: bool) -> Park:
+        """Park until ``wake`` (None: until a signal): the writer sets run_at = its now() + delay."""
+        delay = None if wake is None else (wake - self._writer_now()).total_seconds()
+        self.parked = park = Park(state, delay, waits_event)
         return park

@@ -208,6 +208,18 @@ class SignalError(AwaError, LookupError):
         super().__init__(f"cannot send event {event!r} to job {job_id}: {why}")
 
 
+class RestartError(AwaError, LookupError):
+    """A durable job cannot be restarted from step ``step`` (``restart_from_step``): it does not
+    exist, it is running, or it has no step of that name. ``state`` is the job's state (None when
+    no job ``job_id`` exists)."""
+
+    def __init__(self, job_id: int, step: str, state: str | None, why: str) -> None:
+        self.job_id = job_id
+        self.step = step
+        self.state = state
+        super().__init__(f"cannot restart job {job_id} from step {step!r}: {why}")
+
+
 # --- periodic jobs ------------------------------------------------------------------
 
 

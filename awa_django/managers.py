@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 import psycopg
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, models, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from awa_django.arguments import ArgsCheck
@@ -347,6 +348,28 @@ class JobQuerySet(models.QuerySet[_Job]):
     def stale(self, older_than: timedelta) -> Self:
         """Running jobs whose last heartbeat is older than ``older_than``."""
         return self.running().filter(heartbeat_at__lt=timezone.now() - older_than)
+
+    # --- durable jobs parked in a sleep or a wait (awa_django.durable) ----------------------
+
+    def _steps_in_force(self, kind: str, **where: Any) -> models.Exists:
+        step = self.model._meta.apps.get_model("awa", "JobStep")  # models imports this module
+        return models.Exists(step.objects.filter(job_id=models.OuterRef("pk"), kind=kind, **where))
+
+    def sleeping(self) -> Self:
+        """Durable jobs parked in a sleep: ``scheduled``, with a sleep whose wake time is to come."""
+        return self.scheduled().filter(self._steps_in_force("sleep", wake_at__gt=Now()))
+
+    def awaiting_event(self) -> Self:
+        """Durable jobs parked in a wait: a wait in force (no ``finished_at``), ``waiting`` (no
+        timeout) or ``scheduled`` (until its deadline). Not a workflow step waiting for its upstreams."""
+        return self.filter(
+            self._steps_in_force("wait", finished_at__isnull=True),
+            state__in=[JobState.WAITING, JobState.SCHEDULED],
+        )
+
+    def parked(self) -> Self:
+        """Durable jobs parked in a sleep or a wait: they hold no slot and are in no claim index."""
+        return self.sleeping() | self.awaiting_event()
 
 
 class JobManager(models.Manager[_Job]):

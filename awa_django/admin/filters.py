@@ -109,3 +109,30 @@ class StateFilter(admin.ChoicesFieldListFilter):
             return queryset.none()
         filtered = super().queryset(request, queryset)
         return queryset if filtered is None else filtered
+
+
+class ParkedFilter(admin.SimpleListFilter):
+    """Durable jobs parked in a sleep (``?parked=sleeping``) or a wait (``?parked=waiting``), or
+    either (``?parked=any``): ``JobQuerySet.sleeping()`` / ``awaiting_event()`` / ``parked()``,
+    a probe of awa_job_step's primary key per scheduled or waiting job. Choices need no query; a
+    value not among them matches nothing."""
+
+    title = "parked (durable jobs)"
+    parameter_name = "parked"
+    CHOICES = (("sleeping", "sleeping"), ("waiting", "waiting for an event"), ("any", "sleeping or waiting"))
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        return list(self.CHOICES)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if value is None:
+            return queryset
+        jobs: Any = queryset  # a JobQuerySet: the admin's queryset is Job.objects'
+        if value == "sleeping":
+            return jobs.sleeping()  # type: ignore[no-any-return]
+        if value == "waiting":
+            return jobs.awaiting_event()  # type: ignore[no-any-return]
+        if value == "any":
+            return jobs.parked()  # type: ignore[no-any-return]
+        return queryset.none()

@@ -23,7 +23,7 @@ from awa_django.admin.bulk import BulkMixin
 from awa_django.admin.deleting import confirm_delete, workflow_impact
 from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
-from awa_django.admin.filters import FairKeyFilter, KindFilter, QueueNameFilter, StateFilter
+from awa_django.admin.filters import FairKeyFilter, KindFilter, ParkedFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import (
     AFTER_VAR,
     BEFORE_VAR,
@@ -48,6 +48,7 @@ from awa_django.admin.search import (
     searches_error_text,
 )
 from awa_django.admin.search import HELP as SEARCH_HELP
+from awa_django.admin.steps import StepsMixin, restart_choices
 from awa_django.admin.timeline import attempt_timeline, shown_time, time_field
 from awa_django.admin.tracebacks import fold_traceback
 from awa_django.models import TERMINAL_STATES, Job
@@ -57,6 +58,7 @@ from awa_django.validation import brief
 
 STATES = frozenset(JobState)
 
+
 if TYPE_CHECKING:
     _JobAdminBase = admin.ModelAdmin[Job]
 else:  # ModelAdmin is generic for the type checker only
@@ -64,14 +66,14 @@ else:  # ModelAdmin is generic for the type checker only
 
 
 @admin.register(Job)
-class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, HistoryMixin):
+class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, HistoryMixin, StepsMixin):
     list_columns = (
         "id", "kind", "queue", "fair_key", "state", "priority", "attempt", "max_attempts", "run_at", "finalized_at",
     )  # fmt: skip
     list_display = ("id", "kind", "queue", "key_shown", "state_label", "priority", "attempts", "run_at", "finalized_at")
     list_display_links = ("id", "kind")
     list_filter = (
-        ("state", StateFilter), QueueNameFilter, KindFilter, FairKeyFilter,
+        ("state", StateFilter), ParkedFilter, QueueNameFilter, KindFilter, FairKeyFilter,
         ("created_at", admin.DateFieldListFilter), ("finalized_at", admin.DateFieldListFilter),
     )  # fmt: skip
     search_fields = ("kind",)
@@ -88,6 +90,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     change_list_template = "admin/awa/job/change_list.html"
     fieldsets = (
         ("Attempts", {"fields": ("timeline",)}),  # first: how each attempt went, above any traceback
+        ("Steps", {"fields": ("steps_timeline",)}),  # a durable job's steps, sleeps and waits (kept when any)
         (None, {"fields": ("id", "kind", "queue", "fair_key", "state_label", "priority", "attempts", "tags")}),
         (
             "Timing",
@@ -113,7 +116,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         "run_at_shown", "attempted_at_shown", "attempted_by", "heartbeat_at_shown", "deadline_at_shown",
         "finalized_at_shown", "args_pretty", "metadata_pretty",
         "progress_pretty", "result_pretty", "timeline", "errors_pretty", "unique_key", "unique_states", "run_lease",
-        "workflow_links",
+        "workflow_links", "steps_timeline",
     )  # fmt: skip
 
     class Media:
@@ -325,6 +328,7 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
             can_change = self.has_change_permission(request)
             extra["awa_can_retry"] = can_change and job.state in RETRYABLE_FROM
             extra["awa_can_cancel"] = can_change and job.state not in TERMINAL_STATES
+            extra["awa_restart_steps"] = can_change and restart_choices(job)
         return super().change_view(request, object_id, form_url, extra)
 
     @staticmethod
@@ -338,11 +342,15 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
 
     def _act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         job_id = parse_id(object_id)
-        if action not in ("retry", "cancel") or job_id is None:
+        if action not in ("retry", "cancel", "restart") or job_id is None:
             raise Http404(f"no job {brief(object_id, 40)} with a {brief(action, 40)} button")
         if not self.has_change_permission(request):
             raise PermissionDenied
         job = get_object_or_404(Job.objects.only("pk"), pk=job_id)
+        back = HttpResponseRedirect(reverse("admin:awa_job_change", args=[job.pk], current_app=self.admin_site.name))
+        if action == "restart":
+            self.restart(request, job.pk)
+            return back
         reason = request.POST.get("reason", "").replace("\x00", "").strip()
         if action == "cancel":  # who cancelled is always part of the reason
             reason = f"by {request.user.get_username()}" + (f": {reason}" if reason else "")

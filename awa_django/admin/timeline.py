@@ -24,6 +24,7 @@ from awa_django.context import ATOMIC_ENTRY_KEY
 from awa_django.models import Job, JobState
 from awa_django.registry import registry
 from awa_django.services.stats import format_age
+from awa_django.services.steps import RESTARTED
 
 TIME_FORMAT = "Y-m-d H:i:s T"
 
@@ -64,7 +65,12 @@ def attempts_of(job: Job) -> list[Attempt]:
     attempts = []
     for entry in entries:
         error = str(entry.get("error", ""))
-        outcome = JobState.CANCELLED.value if error.startswith(f"{JobState.CANCELLED.value}:") else "error"
+        if error.startswith(f"{JobState.CANCELLED.value}:"):
+            outcome = JobState.CANCELLED.value
+        elif error.startswith(f"{RESTARTED}:"):  # an operator's restart from a step (services/steps.py)
+            outcome = RESTARTED
+        else:
+            outcome = "error"
         attempts.append(
             Attempt(
                 entry.get("attempt", "?"),

@@ -95,10 +95,14 @@ def claim(
     return sorted(jobs, key=lambda job: (job.priority, job.id))
 
 
-def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -> JobRun:
-    """Run one claimed attempt through the worker's Executor and write its outcome, like a worker."""
+def run_claimed(
+    alias: str, job: ClaimedJob, handlers: Registry | None = None, *, clock_floor: datetime | None = None
+) -> JobRun:
+    """Run one claimed attempt through the worker's Executor and write its outcome, like a worker.
+    ``clock_floor``: a durable job's sleeps and waits read the clock as at least this (run_jobs' ``now``)."""
     executor = InlineExecutor(handlers or registry, alias)
     context = JobContext(job)
+    context.clock_floor = clock_floor
     try:
         with running_here():
             outcome = async_to_sync(executor.execute)(job, context, None)
@@ -128,4 +132,5 @@ def run_claimed(alias: str, job: ClaimedJob, handlers: Registry | None = None) -
         state=outcome.state,
         error=outcome.error,
         result=None if outcome.result is None else json.loads(outcome.result),
+        parked=outcome.parked,
     )

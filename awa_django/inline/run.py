@@ -43,16 +43,22 @@ class JobRun:
     attempt: int
     max_attempts: int
     state: JobState
-    """The state the attempt left the job in: completed, retryable, scheduled (snoozed), failed
-    or cancelled."""
+    """The state the attempt left the job in: completed, retryable, scheduled (snoozed, or parked
+    in a sleep or a wait with a timeout), waiting (parked in a wait without one), failed or
+    cancelled."""
     error: dict[str, Any] | None
     """The error entry appended to the job's ``errors`` (None when it completed or snoozed)."""
     result: Any
     """The handler's return value as stored (decoded JSON), None if it returned nothing."""
+    parked: bool = False
+    """A durable job's sleep or wait ended the attempt (``state`` scheduled or waiting): it parked,
+    its attempt given back."""
 
     def __str__(self) -> str:
         text = f"job {self.job_id} {self.kind!r} (queue {self.queue!r}) attempt {self.attempt}/{self.max_attempts}"
         text += f" -> {self.state}"
+        if self.parked:
+            text += " (parked)"
         if self.error is not None:
             text += f": {self.error.get('error')}"
         return text

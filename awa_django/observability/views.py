@@ -12,6 +12,9 @@ Gauges:
 - ``awa_queue_jobs{queue,state}``: jobs waiting or running (scheduled, available, running,
   retryable). Finished jobs are counted by the workers (``awa_jobs_total``), not here: counting
   them would scan the retained history on every scrape.
+- ``awa_queue_parked_jobs{queue,parked}``: durable jobs parked in a sleep (``parked="sleeping"``,
+  also counted as ``scheduled`` above) or in a wait for an event (``parked="waiting"``): they hold
+  no slot; each queue with jobs gets both series.
 - ``awa_queue_oldest_available_age_seconds{queue}``: how long the oldest due job has waited
   (0 when none): the queue lag to alert on.
 - ``awa_queue_paused{queue}``: 1 if the queue is paused.
@@ -40,10 +43,11 @@ DEPTH_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobSta
 
 
 def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
-    """{metric name: [(labels, value)]} read from the database now (four ORM queries and the
+    """{metric name: [(labels, value)]} read from the database now (six ORM queries and the
     top keys' statement)."""
     from awa_django.models import Job, Queue, WorkerInstance
     from awa_django.services.keys import OTHER_KEY, top_keys
+    from awa_django.services.steps import SLEEPING, WAITING, parked_counts
 
     alias = awa_settings().DATABASE_ALIAS
     now = timezone.now()
@@ -64,7 +68,8 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
         .annotate(oldest=Min("run_at"))
         .order_by()
     }
-    names = sorted(set(queues) | {queue for queue, _ in counts} | set(oldest))
+    parked = parked_counts()
+    names = sorted(set(queues) | {queue for queue, _ in counts} | set(oldest) | set(parked))
     staleness = timedelta(seconds=awa_settings().HEARTBEAT_STALENESS)
     live = list(
         WorkerInstance.objects.using(alias).filter(last_seen_at__gte=now - staleness).values_list("flags", flat=True)
@@ -82,6 +87,11 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
         "awa_queue_jobs": [
             ({"queue": q, "state": s}, float(counts.get((q, s), 0))) for q in names for s in DEPTH_STATES
         ],
+        "awa_queue_parked_jobs": [
+            ({"queue": q, "parked": how}, float(parked.get(q, {}).get(how, 0)))
+            for q in names
+            for how in (SLEEPING, WAITING)
+        ],
         "awa_queue_oldest_available_age_seconds": [
             ({"queue": q}, max((now - oldest[q]).total_seconds(), 0.0) if q in oldest else 0.0) for q in names
         ],
@@ -93,6 +103,7 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
 
 HELP = {
     "awa_queue_jobs": "Jobs waiting or running, by queue and state (from the database).",
+    "awa_queue_parked_jobs": "Durable jobs parked in a sleep or a wait for an event, by queue (they hold no slot).",
     "awa_queue_oldest_available_age_seconds": "Age of the oldest due, unclaimed job of the queue (0 when none).",
     "awa_queue_paused": "1 if the queue is paused.",
     "awa_queue_key_jobs": "Available and running jobs of the fairness keys with the most, per queue and state; "

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
 from awa_django.context import ClaimedJob, Outcome
 from awa_django.exceptions import AwaError
-from awa_django.inline import JobRun, database_now
+from awa_django.inline import JobRun
 from awa_django.inline.attempt import claim, run_claimed, write_outcome
+from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.executor import error_entry
 
@@ -64,7 +66,13 @@ class RunReport:
 
     @property
     def snoozed(self) -> list[JobRun]:
-        return self._in(JobState.SCHEDULED)
+        """Attempts that snoozed (``Snooze``): the job is scheduled again."""
+        return [run for run in self._in(JobState.SCHEDULED) if not run.parked]
+
+    @property
+    def parked(self) -> list[JobRun]:
+        """Attempts of durable jobs that parked in a sleep or a wait (scheduled or waiting)."""
+        return [run for run in self.runs if run.parked]
 
     @property
     def cancelled(self) -> list[JobRun]:
@@ -122,7 +130,11 @@ def _kind_name(kind: object) -> str | None:
     raise TypeError(f"kind must be a job kind string, a @job handler or a @task, not {kind!r}")
 
 
-def _check_arguments(queue: object, limit: object, now: object) -> None:
+def _check_arguments(queue: object, limit: object, now: object, advance: object) -> None:
+    if advance is not None and (not isinstance(advance, timedelta) or advance < timedelta(0)):
+        raise ValueError(
+            f"advance is {advance!r}; pass a timedelta of 0 or more (how far to run the clock on), or None"
+        )
     if queue is not None and not isinstance(queue, str):
         raise TypeError(f"queue must be a queue name (str) or None, not {queue!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -140,6 +152,7 @@ def run_jobs(
     kind: Any = None,
     limit: int | None = None,
     now: datetime | None = None,
+    advance: timedelta | None = None,
     raise_on_failure: bool = True,
     using: str | None = None,
 ) -> RunReport:
@@ -156,7 +169,17 @@ def run_jobs(
     - ``now``: the cutoff for scheduled and retryable jobs (available jobs always run). By default
       the database's ``now()`` when the call starts (inside a transaction, the transaction's
       start), so a retry's backoff is never over within the run. Pass a later time to also run
-      jobs scheduled up to then, retries and snoozes whose delay ends by then included.
+      jobs scheduled up to then, retries and snoozes whose delay ends by then included. Durable
+      jobs read it as their clock: a sleep or a wait's timeout that ends by ``now`` is over, and
+      one begun in this call is counted from ``now`` (so it ends after it: ``advance`` runs
+      through it). The durable clock a call moved on is kept for the rest of the test's
+      transaction (read_test_clock): a later call does not take it back. A signal sent in the
+      test wakes its job for the next ``run_jobs``.
+    - ``advance``: run the clock on by this much, without waiting: once nothing is due, the clock
+      moves to the next job's ``run_at`` (a durable sleep's wake time, a wait's deadline, a snooze,
+      a retry's backoff) by ``now + advance`` (without ``now``: the database's clock as the call
+      starts, plus ``advance``), the jobs due then run, and so on, in time order.
+      ``run_jobs(advance=timedelta(days=1))`` runs what the next day would run.
     - ``limit``: run at most this many attempts. Without it, every due job runs, and more than
       ``MAX_RUNS`` attempts raise ``RunawayJobsError``.
     - ``raise_on_failure``: raise ``JobsFailedError`` after the run if any attempt failed (its
@@ -167,23 +190,63 @@ def run_jobs(
     Jobs of a paused queue are left waiting, as a worker leaves them. There are no deadlines and
     no heartbeats: a handler runs until it returns.
     """
-    _check_arguments(queue, limit, now)
+    _check_arguments(queue, limit, now, advance)
     kind_name = _kind_name(kind)
     alias = using or awa_settings().DATABASE_ALIAS
-    cutoff = now if now is not None else database_now(alias)
+    kept, transaction_now, clock = _read_clocks(alias)
+    cutoff = now if now is not None else transaction_now
+    # Durable jobs' clock: never before where an earlier call of this test moved it.
+    floor = now if kept is None or (now is not None and now > kept) else kept
+    # A sleep begun in an earlier call counts from the clock then, past this transaction's now().
+    horizon = None if advance is None else (clock if floor is None or clock > floor else floor) + advance
     runs: list[JobRun] = []
     while limit is None or len(runs) < limit:
         claimed = claim(alias, now=cutoff, limit=1, queue=queue, kind=kind_name)
         if not claimed:
-            break
+            following = None if horizon is None else _next_run_at(alias, cutoff, horizon, queue, kind_name)
+            if following is None:
+                break
+            cutoff = following
+            floor = following if floor is None or following > floor else floor
+            continue
         if len(runs) >= MAX_RUNS:
             _hand_back(alias, claimed[0])
             raise RunawayJobsError(RunReport(tuple(runs)))
-        runs.append(run_claimed(alias, claimed[0]))
+        runs.append(run_claimed(alias, claimed[0], clock_floor=floor))
+    if floor is not None and floor != kept and connections[alias].in_atomic_block:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statements["set_test_clock"], {"clock": floor})
     report = RunReport(tuple(runs))
     if raise_on_failure and report.failures:
         raise JobsFailedError(report)
     return report
+
+
+def _read_clocks(alias: str) -> tuple[datetime | None, datetime, datetime]:
+    """The test clock kept by an earlier call (or None), the transaction's now() and the clock."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["read_test_clock"])
+        row = cursor.fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def _next_run_at(
+    alias: str, after: datetime, horizon: datetime, queue: str | None, kind: str | None
+) -> datetime | None:
+    """The earliest run_at past ``after`` and by ``horizon`` of a scheduled or retryable job (of
+    that queue and kind): where ``advance`` moves the clock next. Strictly later each time, so the
+    walk ends, a paused queue's jobs included."""
+    from awa_django.models import Job
+
+    jobs = Job.objects.using(alias).filter(
+        state__in=[JobState.SCHEDULED, JobState.RETRYABLE], run_at__gt=after, run_at__lte=horizon
+    )
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    if kind is not None:
+        jobs = jobs.filter(kind=kind)
+    return jobs.order_by("run_at").values_list("run_at", flat=True).first()
 
 
 def _hand_back(alias: str, job: ClaimedJob) -> None:

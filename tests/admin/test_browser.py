@@ -111,6 +111,20 @@ def finished_jobs_over_the_last_hour() -> None:
     Job.objects.filter(pk=old.pk).update(state="scheduled", run_at=now + timedelta(minutes=30))
 
 
+def parked_durable_job() -> Job:
+    """A durable job run in-process to its wait (on a queue no worker of these tests serves)."""
+    from tests.durable.support import registry_of, run_once
+
+    def handler(context: JobContext) -> Any:
+        context.step("charge", lambda: {"charge_id": "ch_1"})
+        return context.wait_for("approved")
+
+    job = Job.objects.enqueue("browser.durable", {}, queue="durable-browser")
+    run = run_once(job.pk, registry_of("browser.durable", handler, queue="durable-browser"))
+    assert run is not None and run.state == "waiting", run
+    return job
+
+
 @pytest.mark.django_db(transaction=True)
 def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
     browser: Any, live_server: Any, django_user_model: Any, settings: Any
@@ -207,6 +221,16 @@ def test_admin_in_chromium__edit_a_queue_see_a_rule_error_and_the_dashboard(
             assert "ValueError: no template" in wait_for(driver, "pre.awa-traceback").text
             assert driver.find_element(By.CSS_SELECTOR, "button.awa-tool-button").text.lower() == "retry now"
             screenshot(driver, "job-detail.png")
+
+            # A durable job parked in its wait: its steps as a timeline, what holds it, the restart.
+            parked = parked_durable_job()
+            driver.get(f"{live_server.url}/admin/awa/job/{parked.pk}/change/")
+            steps = [row.get_attribute("data-step") for row in driver.find_elements(By.CSS_SELECTOR, "tr.awa-step")]
+            assert steps == ["charge", "wait:approved#1"]
+            assert "waiting in 'wait:approved#1' for event 'approved'" in wait_for(driver, ".awa-in-force").text
+            options = driver.find_elements(By.CSS_SELECTOR, ".awa-restart-form select[name=step] option")
+            assert [option.text for option in options] == steps
+            screenshot(driver, "job-steps.png")
         finally:
             release.set()
 

@@ -54,12 +54,12 @@ def _check_object_urls(client: Client, value: str) -> None:
         for page in ("change", "delete", "history"):
             _ok(client.get(f"/admin/awa/{model}/{segment}/{page}/"))
         _ok(client.post(f"/admin/awa/{model}/{segment}/delete/", {"post": "yes"}))
-    for action in ("cancel", "retry", "bogus"):
+    for action in ("cancel", "retry", "restart", "bogus"):
         _ok(client.post(f"/admin/awa/job/{segment}/act/{action}/"))
 
 
 def _check_lists(client: Client, value: str) -> None:
-    names = ["q", "kind", "queue", "state__exact", "state__isnull", "p", "o", "e", "all", "every_state"]
+    names = ["q", "kind", "queue", "state__exact", "state__isnull", "parked", "p", "o", "e", "all", "every_state"]
     names += ["before", "after"]  # the page's id bound
     for name in names:
         _ok(client.get(f"/admin/awa/job/?{urlencode({name: value})}"))
@@ -81,6 +81,7 @@ def _check_actions(client: Client, value: str, job: Job) -> None:
 def test_admin__odd_ids_and_filters_never_500(admin_client: Client, job: Job, value: str) -> None:
     _check_object_urls(admin_client, value)
     _check_lists(admin_client, value)
+    _ok(admin_client.post(f"/admin/awa/job/{job.pk}/act/restart/", {"step": value}))  # the step to restart from
 
 
 @pytest.mark.parametrize("value", ["²", "\x00", "9" * 5000, "-1", "a"], ids=["sup2", "nul", "5000-digits", "neg", "a"])

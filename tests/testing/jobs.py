@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awa_django import Cancel, JobContext, RetryAfter, Snooze, TerminalError, job
+from awa_django import Cancel, JobContext, RetryAfter, Snooze, TerminalError, WaitTimeout, job
 from awa_django.models import Job
 from testproject.demo.models import Execution
 
@@ -102,3 +102,40 @@ def progress(context: JobContext, steps: int) -> dict[str, Any]:
     for step in range(steps):
         context.set_progress({"step": step + 1})
     return {"steps": steps}
+
+
+@job("testing.nap", takes_context=True)
+def nap(context: JobContext, hours: list[float]) -> list[int]:
+    """A durable job: a step, then a sleep of each of ``hours`` with a step after it; returns the
+    Execution ids of its steps (each step writes one, so a step that ran twice shows)."""
+
+    def mark(attempt: int) -> int:
+        return Execution.objects.create(job_id=context.job_id, attempt=attempt, run_lease=context.run_lease, pid=0).pk
+
+    done = [context.step("first", mark, context.attempt)]
+    for index, length in enumerate(hours):
+        context.sleep(length * 3600)
+        done.append(context.step(f"after-sleep-{index}", mark, context.attempt))
+    return done
+
+
+@job("testing.nap_async", takes_context=True)
+async def nap_async(context: JobContext, hours: float) -> str:
+    await context.asleep(hours * 3600)
+    return await context.astep("after", lambda: "woke")
+
+
+@job("testing.approve", takes_context=True)
+def approve(context: JobContext, timeout_hours: float | None = None) -> Any:
+    """A durable job that waits for "approved" (with a timeout, if given)."""
+    try:
+        return context.wait_for("approved", timeout=None if timeout_hours is None else timeout_hours * 3600)
+    except WaitTimeout:
+        return "timed out"
+
+
+@job("orders.remind", takes_context=True)
+def remind(context: JobContext, order_id: int) -> Any:
+    """The testing guide's durable example: sleeps a day, then waits for "paid"."""
+    context.sleep(24 * 3600)
+    return {"order": order_id, "paid": context.wait_for("paid")}
