@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from awa_django.models import Job
+from awa_django.models import FairKey, Job, Queue
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker import JobContext
 from awa_django.worker.config import QueueConfig
@@ -138,6 +138,31 @@ def test_parked_jobs__hold_no_slot__short_jobs_run_meanwhile__then_they_resume_w
         job = Job.objects.get(id=job_id)
         assert job.attempt == 1
         assert job.result == (["a", "b"] if kind == "durable.sleeper" else ["a", job_id, "b"])
+
+
+KEYED = 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parked_jobs__hold_no_share_of_their_fair_key__its_short_jobs_run_meanwhile(rows: Rows) -> None:
+    """A fair key capped at one running job: its sleepers park one after another, and its short
+    jobs, enqueued while every sleeper is parked, all run under the same cap: a parked job is not
+    counted in its key's share (the keyed claim counts running rows). Read from the rows: the key
+    never had more than one job running."""
+    Queue.objects.create(name=QUEUE, max_workers=LIMIT)
+    FairKey.objects.create(queue=QUEUE, key="tenant", max_running=1)
+    config = make_config({QUEUE: QueueConfig(QUEUE, max_workers=LIMIT)})
+    with running_worker(config, registry=_registry()):
+        parked = [Job.objects.enqueue("durable.sleeper", {}, queue=QUEUE, fair_key="tenant").id for _ in range(KEYED)]
+        wait_until(lambda: _states(parked)["scheduled"] == KEYED, timeout=120, what=f"{KEYED} keyed jobs parked")
+        short = [Job.objects.enqueue("durable.short", {}, queue=QUEUE, fair_key="tenant").id for _ in range(KEYED)]
+        wait_until(lambda: _states(short)["completed"] == KEYED, timeout=120, what=f"{KEYED} short keyed jobs done")
+        assert _states(parked) == {"scheduled": KEYED}
+        for job_id in parked:
+            expire(job_id)
+        wait_until(lambda: _states(parked)["completed"] == KEYED, timeout=120, what=f"{KEYED} resumed and completed")
+    assert rows.most_running <= 1, rows.most_running  # every job of the queue is the capped key's
+    assert all(ran[(job_id, "a")] == 1 and ran[(job_id, "b")] == 1 for job_id in parked)
 
 
 SIGNALLED = 1000
