@@ -178,3 +178,53 @@ def test_sweep_steps__probes_the_history_by_index__never_scans_a_partition() -> 
         cursor.execute("SELECT tableoid::regclass::text FROM awa_job_done LIMIT 1")
         (partition,) = cursor.fetchone()
     assert partition in probed and "awa_job" in probed, probed
+
+
+WAITING = 10_000
+
+
+def _park_waiting(count: int) -> list[int]:
+    """``count`` jobs parked in a wait for "go" (state waiting, a wait record in force), as the
+    writer leaves them; returns their ids."""
+    Job.objects.enqueue_many({"kind": "noop", "args": {"i": i}, "queue": QUEUE} for i in range(count))
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE awa_job SET state = 'waiting' WHERE queue = %s RETURNING id", [QUEUE])
+        ids = sorted(row[0] for row in cursor.fetchall())
+        cursor.execute(
+            "INSERT INTO awa_job_step (job_id, name, kind, attempt, event) "
+            "SELECT id, 'wait:go#1', 'wait', 1, 'go' FROM awa_job WHERE queue = %s",
+            [QUEUE],
+        )
+        cursor.execute("ANALYZE awa_job")
+        cursor.execute("ANALYZE awa_job_step")
+    return ids
+
+
+def _signal_cost(job_id: int) -> tuple[int, int]:
+    """(statements one signal ran, shared buffers its wake statement touched)."""
+    from django.test.utils import CaptureQueriesContext
+
+    params = {"id": job_id, "event": "go", "payload": None}
+    buffers = min(buffers_touched("signal_job", params) for _ in range(3))  # warm: no first-use catalog reads
+    with CaptureQueriesContext(connection) as queries:
+        assert Job.objects.signal(job_id, "go", None).woke
+    statements_run = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    return len(statements_run), buffers
+
+
+@pytest.mark.django_db
+def test_signal__waking_one_of_10000_parked_jobs__costs_what_waking_one_of_ten_does() -> None:
+    """A signal is two statements whatever the number of parked jobs (lock the job's row, then keep
+    the event and wake the job), each by primary key: waking one of 10,000 parked jobs touches a
+    few dozen buffers at most, as waking one of ten does."""
+    few = _park_waiting(10)
+    few_cost = _signal_cost(few[3])
+    Job.objects.filter(queue=QUEUE).delete()
+    JobStep.objects.all().delete()
+    JobEvent.objects.all().delete()
+    many = _park_waiting(WAITING)
+    many_cost = _signal_cost(many[WAITING // 2])
+    assert few_cost[0] == many_cost[0] == 2, (few_cost, many_cost)
+    # Index probes only: about 20 buffers here (the job's row and index, the step's, the event's
+    # insert); a scan of the 10,000 wait records would touch hundreds.
+    assert many_cost[1] <= 40, (few_cost, many_cost)
