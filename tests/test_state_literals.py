@@ -36,6 +36,11 @@ NOT_STATES = {
     ("awa_django/snapshot.py", "QueueSnapshot.from_json", "available"): "a queue snapshot's free permits",
     ("awa_django/services/stats.py", "throughput", "completed"): "a HistoryMinute column: the minute's completed count",
     ("awa_django/services/stats.py", "throughput", "failed"): "a HistoryMinute column: the minute's failed count",
+    (
+        "awa_django/services/steps.py",
+        "(SLEEPING, WAITING)",
+        "waiting",
+    ): "how a durable job is parked: in a wait for an event (the admin's filter, the parked-jobs gauge's label)",
 }
 
 STATE_NAMES = {state.value for state in JobState}

@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from awa_django.models import FairKey, Job, Queue
 from awa_django.registry import registry
 from awa_django.services.db import database_alias
+from awa_django.services.steps import SLEEPING, WAITING
 from awa_django.sql import statements
 
 
@@ -119,7 +120,7 @@ class ParkedFilter(admin.SimpleListFilter):
 
     title = "parked (durable jobs)"
     parameter_name = "parked"
-    CHOICES = (("sleeping", "sleeping"), ("waiting", "waiting for an event"), ("any", "sleeping or waiting"))
+    CHOICES = ((SLEEPING, "sleeping"), (WAITING, "waiting for an event"), ("any", "sleeping or waiting"))
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
         return list(self.CHOICES)
@@ -129,9 +130,9 @@ class ParkedFilter(admin.SimpleListFilter):
         if value is None:
             return queryset
         jobs: Any = queryset  # a JobQuerySet: the admin's queryset is Job.objects'
-        if value == "sleeping":
+        if value == SLEEPING:
             return jobs.sleeping()  # type: ignore[no-any-return]
-        if value == "waiting":
+        if value == WAITING:
             return jobs.awaiting_event()  # type: ignore[no-any-return]
         if value == "any":
             return jobs.parked()  # type: ignore[no-any-return]

@@ -227,8 +227,9 @@ def _read_clocks(alias: str) -> tuple[datetime | None, datetime, datetime]:
     with connections[alias].cursor() as cursor:
         cursor.execute(statements["read_test_clock"])
         row = cursor.fetchone()
-    assert row is not None
-    return row[0], row[1], row[2]
+        assert row is not None
+        clocks = dict(zip([column.name for column in cursor.description], row, strict=True))
+    return clocks["kept"], clocks["transaction_now"], clocks["clock"]
 
 
 def _next_run_at(
