@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -114,6 +115,33 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None, log: Path | None
         stdout=out,
         stderr=subprocess.STDOUT,
     )
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (Linux: the SigCgt mask of
+    /proc/PID/status). False once the process is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Send SIGTERM once the process handles it: a worker catches SIGTERM only after Django's
+    start, and a SIGTERM before that ends it with -15, not with the clean stop a test asserts (a
+    loaded machine can leave a worker spawned late in a test still starting when its jobs are done).
+    A process that exits first is left to its exit code."""
+    wait_until(
+        lambda: process.poll() is not None or catches(process.pid, signal.SIGTERM),
+        timeout=timeout,
+        what=f"process {process.pid} to handle SIGTERM",
+    )
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
 
 
 def fresh_job_table() -> None:

@@ -19,7 +19,6 @@ nothing here asserts a time.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from psycopg import sql
 
 from testproject import embedded
 from tests.conftest import connect_outside_django
-from tests.harness import ROOT, spawn_worker, wait_until
+from tests.harness import ROOT, spawn_worker, terminate, wait_until
 
 PREVIOUS_RELEASE = "e11ba2c"  # the last commit before migration 0023: the previous release's code
 HISTORY = int(os.environ.get("AWA_UPGRADE_HISTORY", "300000"))
@@ -197,7 +196,7 @@ def start_previous_worker(previous: Path, dbname: str, log: Path) -> subprocess.
 
 def stop(process: subprocess.Popen[bytes], log: Path) -> None:
     """SIGTERM, and a clean exit: the in-flight jobs finished, nothing left claimed."""
-    process.send_signal(signal.SIGTERM)
+    terminate(process)
     assert process.wait(60) == 0, log.read_text()[-4000:]
 
 

@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.worker import JobContext
-from tests.harness import spawn_worker, wait_until
+from tests.harness import spawn_worker, terminate, wait_until
 
 
 @dataclass
@@ -34,7 +34,11 @@ class SpawnedWorker:
         return self.log_path.read_text(errors="replace")
 
     def signal(self, sig: signal.Signals) -> None:
-        self.process.send_signal(sig)
+        """Send ``sig``; a SIGTERM waits for the worker's handler (see tests.harness.terminate)."""
+        if sig == signal.SIGTERM:
+            terminate(self.process)
+        else:
+            self.process.send_signal(sig)
 
     def wait_exit(self, timeout: float = 60.0) -> int:
         """The exit code; fails the test (showing the log) if the process does not exit in time."""
