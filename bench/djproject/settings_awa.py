@@ -8,6 +8,7 @@ from bench.djproject.base_settings import DATABASES
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.postgres",  # awa_django's ArrayField and GinIndex (check awa.E016)
     "awa_django",
     "bench.djproject.awabench",
 ]
