@@ -117,8 +117,11 @@ class AwaDjango(System):
         env["DJANGO_SETTINGS_MODULE"] = SETTINGS
         return env
 
+    # Storage (migration 0023): awa_job holds the unfinished jobs only; a completion moves its row
+    # to awa_job_done. A count of completed rows in awa_job stays 0 (the drain then waited out its
+    # timeout, every awa_django row an error), so finished jobs are counted, and added, there.
     def count_completed(self) -> int:
-        return int(self.scalar("SELECT count(*) FROM awa_job WHERE state = 'completed'"))
+        return int(self.scalar("SELECT count(*) FROM awa_job_done WHERE state = 'completed'"))
 
     def count_unfinished(self) -> int:
         return int(
@@ -130,16 +133,18 @@ class AwaDjango(System):
     def add_finished_rows(self, n: int) -> None:
         self.sql(
             """
-            INSERT INTO awa_job (kind, queue, args, state, priority, attempt, max_attempts, run_at,
-                                 attempted_at, finalized_at, created_at, errors, metadata, tags, run_lease)
-            SELECT 'noop', 'bench', jsonb_build_object('seq', -1000000 - g), 'completed', 2, 1, 25,
-                   now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour',
-                   now() - interval '1 hour', '[]'::jsonb, '{}'::jsonb, '{}', 1
+            INSERT INTO awa_job_done (id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                                      attempted_at, attempted_by, finalized_at, created_at, errors, metadata,
+                                      tags, run_lease, fair_key, pending)
+            SELECT nextval(pg_get_serial_sequence('awa_job', 'id')), 'noop', 'bench',
+                   jsonb_build_object('seq', -1000000 - g), 'completed', 2, 1, 25,
+                   now() - interval '1 hour', now() - interval '1 hour', 'bench', now() - interval '1 hour',
+                   now() - interval '1 hour', '[]'::jsonb, '{}'::jsonb, '{}', 1, '', 0
             FROM generate_series(1, %s) g
             """,
             [n],
         )
-        self.sql("VACUUM ANALYZE awa_job")
+        self.sql("VACUUM ANALYZE awa_job_done")
 
     def close(self) -> None:
         from django.db import connections
