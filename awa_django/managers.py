@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 
-import psycopg
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models.functions import Now
@@ -21,6 +20,7 @@ from django.utils import timezone
 
 from awa_django.arguments import ArgsCheck
 from awa_django.conf import awa_settings
+from awa_django.dbparams import execute_prepared
 from awa_django.defaults import (
     FAIR_KEY_DEFAULT,
     MAX_ATTEMPTS_DEFAULT,
@@ -125,42 +125,6 @@ _DEFAULTED = ("queue", "priority", "max_attempts")  # the spec keys a kind's @jo
 def _copy_interval(timeout: timedelta | None) -> str | None:
     """A timeout as a COPY text-format interval (seconds), or None for NULL."""
     return None if timeout is None else repr(timeout.total_seconds())
-
-
-def _execute_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run one statement on Django's connection (so in the caller's transaction) and return its row.
-
-    Django's cursors bind parameters on the client and never prepare; enqueue is hot enough that a
-    server-side prepared statement matters (~1.3x jobs/s here). So, unless Django is recording
-    queries (DEBUG, tests counting queries) or someone installed an execute wrapper, this runs on
-    a psycopg server-binding cursor over the same connection, prepared, with the same checks and
-    error translation as Django's cursor. AWA["PREPARED_STATEMENTS"] = False, or AWA["POOLER"] =
-    "transaction" with PREPARED_STATEMENTS unset, turns it off (a transaction pooler hands each
-    transaction a different server session, where the prepared statement does not exist).
-    """
-    connection = connections[alias]
-    if connection.queries_logged or connection.execute_wrappers or not awa_settings().use_prepared_statements:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchone()  # type: ignore[no-any-return]
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:
-        # Django turns preparing off on its connections (psycopg then ignores prepare=True too).
-        # Its own cursors bind on the client and never prepare, so a threshold no query reaches
-        # lets explicit prepares through and changes nothing else; with server-side binding
-        # configured, Django's queries would start preparing, so leave the connection alone.
-        if not issubclass(raw.cursor_factory, psycopg.ClientCursor):
-            with connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                return cursor.fetchone()  # type: ignore[no-any-return]
-        raw.prepare_threshold = 2**31 - 1
-    connection.validate_thread_sharing()
-    connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        return cursor.fetchone()
 
 
 class _Bulk:
@@ -471,7 +435,7 @@ class JobManager(models.Manager[_Job]):
             "fair_key": key,
             "head_start": head_start,
         }
-        inserted = _execute_prepared(alias, statements["insert_job"], params)
+        inserted = execute_prepared(alias, statements["insert_job"], params)
         if inserted is None:
             assert row.unique_key is not None
             with connections[alias].cursor() as cursor:

@@ -36,10 +36,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from awa_django.context import ATOMIC_ENTRY_KEY as ATOMIC_ENTRY_KEY
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
+from awa_django.dbparams import execute_prepared
 from awa_django.durable import Parked
 from awa_django.sql import statements
 from awa_django.states import JobState
@@ -133,11 +134,12 @@ def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str |
     refused it. The one writer of outcomes on a Django connection: atomic attempts here, in-process
     execution (``awa_django.inline.attempt``) for every other outcome.
 
-    No pipeline: psycopg's pipeline mode, which would send BEGIN with the statement when the handler
-    ran none, measured no better here (bench/README.md, "Atomic handlers")."""
+    Each statement is prepared on the connection (``dbparams.execute_prepared``, as enqueue's
+    insert): Django's cursor binds on the client and sends the whole text, which the server parses
+    and plans again for every attempt. No pipeline: psycopg's pipeline mode, which would send BEGIN
+    with the statement when the handler ran none, measured no better here (bench/README.md,
+    "Atomic handlers")."""
     written = False
-    with connections[alias].cursor() as cursor:
-        for name, params in outcome_writes([Written(job, outcome, progress)]):
-            cursor.execute(statements[name], params)
-            written = written or cursor.fetchone() is not None
+    for name, params in outcome_writes([Written(job, outcome, progress)]):
+        written = execute_prepared(alias, statements[name], params) is not None or written
     return written
