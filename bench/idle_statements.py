@@ -1,0 +1,83 @@
+"""What an idle worker sends to the database: each statement's rate, for one or more checkouts.
+
+    python bench/idle_statements.py .:awa_idle                              # this checkout
+    python bench/idle_statements.py /work/wt-6353:awa_idle6353 .:awa_idle --seconds 30
+
+Each argument is CHECKOUT:DATABASE (a migrated database of that checkout's schema, on the embedded
+server of this checkout, ``.pgdata``). For each in turn: ``ALTER DATABASE ... SET
+log_min_duration_statement = 0``, one ``manage.py awa_worker -q bench`` of that checkout started
+on it with no job to run, and after 8 s of start-up, the server's log read for ``--seconds``; then
+the setting is reset. Printed: statements a second, each statement (its first line: the SQL
+files' comment names it) with its rate. A prepared statement is logged at its parse and bind as
+well as its execution on some servers, so read the named lines' rates, not the total, across
+versions that prepare differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / ".pgdata"
+LOG = DATA / "log"  # the embedded server's stderr (testproject/embedded.py)
+LINE = re.compile(r"LOG:  duration: [\d.]+ ms  (?:statement|execute [^:]*|bind [^:]*|parse [^:]*): (.*)")
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"dbname=postgres host={DATA} user=postgres", autocommit=True) as conn:
+        conn.execute(sql)  # a bench's own constant statements, with the database names it was given
+
+
+def measure(checkout: Path, db: str, seconds: float) -> collections.Counter[str]:
+    admin(f"ALTER DATABASE {db} SET log_min_duration_statement = 0")
+    env = dict(os.environ, DATABASE_URL=f"postgresql://postgres@/{db}?host={DATA}", PYTHONPATH=str(checkout))
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "awa_worker", "-q", "bench"],
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(8)  # the worker's start-up, not measured
+        start = LOG.stat().st_size
+        time.sleep(seconds)  # the measured span itself
+        end = LOG.stat().st_size
+    finally:
+        worker.terminate()
+        worker.wait(60)
+        admin(f"ALTER DATABASE {db} RESET log_min_duration_statement")
+    with open(LOG, "rb") as log:
+        log.seek(start)
+        text = log.read(end - start).decode(errors="replace")
+    return collections.Counter(match.group(1).strip()[:100] for match in LINE.finditer(text))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="+", help="CHECKOUT:DATABASE, one or more")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    if not LOG.is_file():
+        raise SystemExit(f"no server log at {LOG}: start the embedded server (python -m testproject.embedded url)")
+    for target in args.targets:
+        checkout, _, db = target.rpartition(":")
+        if not checkout or not re.fullmatch(r"[a-z_][a-z0-9_]*", db):
+            raise SystemExit(f"{target!r}: give CHECKOUT:DATABASE, e.g. .:awa_idle (a lower-case database name)")
+        counts = measure(Path(checkout).resolve(), db, args.seconds)
+        print(f"== {checkout} {db}: {sum(counts.values()) / args.seconds:.1f} statements/s")
+        for statement, n in counts.most_common(30):
+            print(f"  {n / args.seconds:6.2f}/s  {statement}")
+
+
+if __name__ == "__main__":
+    main()
