@@ -61,7 +61,7 @@ def build(n: int) -> float:
     """An emptied awa_job with n failed jobs in the parked queue; return the seconds it took."""
     started = time.monotonic()
     with floor.connect() as conn:
-        conn.execute("TRUNCATE awa_job")
+        conn.execute("TRUNCATE awa_job, awa_job_done")
         step = 250_000
         for first in range(1, n + 1, step):
             conn.execute(BUILD, {"queue": PARKED, "first": first, "last": min(n, first + step - 1)})
@@ -82,7 +82,7 @@ def start_worker() -> subprocess.Popen[bytes]:
         for _ in range(3):  # warm-up: the worker is up and listening once these are done
             Job.objects.enqueue("noop", queue=floor.QUEUE)
         deadline = time.monotonic() + 60
-        query = "SELECT count(*) FROM awa_job WHERE queue = %s AND state = 'completed'"
+        query = "SELECT count(*) FROM awa_job_all WHERE queue = %s AND state = 'completed'"
         while conn.execute(query, [floor.QUEUE]).fetchone()[0] < 3:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"the worker did not start; see {floor.WORKER_LOG}")
@@ -100,13 +100,13 @@ def sample_one() -> int:
 def pickups(conn: Any, ids: list[int]) -> list[float]:
     """Each job's pickup in ms, once all of them are claimed."""
     deadline = time.monotonic() + 60
-    query = "SELECT count(*) FROM awa_job WHERE id = ANY(%s) AND attempted_at IS NULL"
+    query = "SELECT count(*) FROM awa_job_all WHERE id = ANY(%s) AND attempted_at IS NULL"
     while conn.execute(query, [ids]).fetchone()[0]:
         if time.monotonic() > deadline:
             raise SystemExit("jobs left unclaimed")
         time.sleep(0.05)
     rows = conn.execute(
-        "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job WHERE id = ANY(%s)", [ids]
+        "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = ANY(%s)", [ids]
     ).fetchall()
     return [float(ms) for (ms,) in rows]
 
@@ -221,7 +221,7 @@ def main() -> None:
                 raise bulk.error
             busy = pickups(conn, busy_ids)
             left = conn.execute(
-                "SELECT count(*) FROM awa_job WHERE queue = %s AND state = 'failed'", [PARKED]
+                "SELECT count(*) FROM awa_job_all WHERE queue = %s AND state = 'failed'", [PARKED]
             ).fetchone()[0]
     finally:
         proc.terminate()

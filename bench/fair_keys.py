@@ -147,7 +147,8 @@ def _rate() -> float:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), EXTRACT(EPOCH FROM max(finalized_at) - min(attempted_at)) FROM awa_job WHERE queue = %s",
+            "SELECT count(*), EXTRACT(EPOCH FROM max(finalized_at) - min(attempted_at)) "
+            "FROM awa_job_all WHERE queue = %s",
             [QUEUE],
         )
         n, seconds = cursor.fetchone()
@@ -197,7 +198,7 @@ def _wait_done_counted(n: int, proc: subprocess.Popen[bytes], timeout: float) ->
             raise SystemExit(f"the worker exited ({proc.returncode}); see {WORKER_LOG}")
         if updates() - before >= 2 * n:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM awa_job WHERE queue = %s AND state = 'completed'", [QUEUE])
+                cursor.execute("SELECT count(*) FROM awa_job_all WHERE queue = %s AND state = 'completed'", [QUEUE])
                 if int(cursor.fetchone()[0]) >= n:
                     return
         time.sleep(0.5)
@@ -281,7 +282,7 @@ def pickups(samples: int, keys: int, block: int = 50) -> tuple[list[float], list
         with connection.cursor() as cursor:
             for with_key, out in ((False, plain), (True, keyed)):
                 cursor.execute(
-                    "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job WHERE id = ANY(%s)",
+                    "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = ANY(%s)",
                     [ids[with_key]],
                 )
                 out.extend(float(ms) for (ms,) in cursor.fetchall())

@@ -60,7 +60,7 @@ def middle_rate(n: int) -> float:
     with floor.connect() as conn:
         (seconds,) = conn.execute(
             "SELECT extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finalized_at) "
-            "- percentile_disc(0.1) WITHIN GROUP (ORDER BY finalized_at)) FROM awa_job"
+            "- percentile_disc(0.1) WITHIN GROUP (ORDER BY finalized_at)) FROM awa_job_done"
         ).fetchone()
     return 0.8 * n / float(seconds)
 

@@ -53,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def reset() -> None:
     with connect() as conn:
-        conn.execute("TRUNCATE awa_job, awa_job_edge, awa_workflow")
+        conn.execute("TRUNCATE awa_job, awa_job_done, awa_job_edge, awa_workflow")
         conn.execute("VACUUM ANALYZE awa_job")
         conn.execute("VACUUM ANALYZE awa_job_edge")
 
@@ -63,7 +63,7 @@ def wait_done(ids_sql: str, params: dict[str, Any], count: int, timeout: float =
     with connect() as conn:
         while True:
             (done,) = conn.execute(
-                f"SELECT count(*) FROM awa_job WHERE state = 'completed' AND {ids_sql}",
+                f"SELECT count(*) FROM awa_job_all WHERE state = 'completed' AND {ids_sql}",
                 params,
             ).fetchone()
             if done >= count:
@@ -76,7 +76,8 @@ def wait_done(ids_sql: str, params: dict[str, Any], count: int, timeout: float =
 def span_rate(ids_sql: str, params: dict[str, Any]) -> float:
     with connect() as conn:
         n, span = conn.execute(
-            f"SELECT count(*), extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa_job WHERE {ids_sql}",
+            "SELECT count(*), extract(epoch FROM max(finalized_at) - min(attempted_at)) "
+            f"FROM awa_job_all WHERE {ids_sql}",
             params,
         ).fetchone()
     return n / float(span)
@@ -156,7 +157,7 @@ def chain_gaps(m: int) -> list[float]:
     wait_done("workflow_id = %(w)s", {"w": wf.id}, m)
     with connect() as conn:
         rows = conn.execute(
-            "SELECT (result #>> '{}')::float8 FROM awa_job WHERE workflow_id = %(w)s ORDER BY id", {"w": wf.id}
+            "SELECT (result #>> '{}')::float8 FROM awa_job_all WHERE workflow_id = %(w)s ORDER BY id", {"w": wf.id}
         ).fetchall()
     return [rows[i + 1][0] - rows[i][0] for i in range(len(rows) - 1)]
 
@@ -171,7 +172,7 @@ def wait_latencies(k: int) -> list[float]:
         job.wait(timeout=30)
         returned = datetime.now(timezone.utc)
         with connect() as conn:
-            (finalized,) = conn.execute("SELECT finalized_at FROM awa_job WHERE id = %s", [job.pk]).fetchone()
+            (finalized,) = conn.execute("SELECT finalized_at FROM awa_job_all WHERE id = %s", [job.pk]).fetchone()
         latencies.append((returned - finalized).total_seconds())
     return latencies
 
