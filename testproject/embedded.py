@@ -165,6 +165,11 @@ def _start(data_dir: Path) -> Any:
     # The provider hands out one cached handle per data directory and per process, whose idea of
     # the server may predate a restart or stop: start from a fresh one.
     server_class._instances.pop(data_dir.expanduser().resolve(), None)
+    # The provider makes the directory before it takes its lock (mkdir with exist_ok=False): two
+    # processes starting on a fresh checkout together (pytest -n 3) raced there, and the loser's
+    # every test failed with FileExistsError (a flake hunt's first run on a fresh clone). Made here
+    # first, it exists for both, and initdb and the start stay under the lock.
+    data_dir.mkdir(exist_ok=True)
     try:
         # get_server runs initdb and pg_ctl start under the provider's inter-process lock, so two
         # processes starting together start one server. cleanup_mode=None: this process leaves it
@@ -246,7 +251,10 @@ def _ensure_database(host: str) -> None:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone() is None:
             try:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
-            except psycopg.errors.DuplicateDatabase:  # another process created it just now
+            # Another process created it just now: DuplicateDatabase once its row is committed, a
+            # unique violation on pg_database's name index while both CREATEs are in flight (seen
+            # with three processes starting a fresh server together).
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
                 pass
 
 

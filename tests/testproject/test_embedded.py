@@ -209,3 +209,55 @@ def test_manage_py_help_and_check__start_no_server(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
     assert not data_dir.exists()  # no initdb, no server
     assert _embedded(data_dir, "status").stdout.strip() == "not running"
+
+
+# Each process waits for the go file, then starts the embedded server on the same fresh data directory
+# and connects. The directory's mkdir is made slow (a fault injected, not a wait for anything): it
+# widens the moment between a process's "does it exist?" and its mkdir, where another process's
+# mkdir lands, as it did when pytest -n 3 started on a fresh clone.
+STARTER = """
+import os, pathlib, sys, time
+from pathlib import Path
+
+data = Path(os.environ["AWA_PGDATA"]).resolve()
+real_mkdir = pathlib.Path.mkdir
+
+def slow_mkdir(self, *args, **kwargs):
+    if Path(self).resolve() == data:
+        time.sleep(0.3)
+    return real_mkdir(self, *args, **kwargs)
+
+pathlib.Path.mkdir = slow_mkdir
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.001)
+import psycopg
+from testproject import embedded
+host = embedded.socket_dir(data)
+with psycopg.connect(host=host, dbname="postgres", user="postgres") as conn:
+    print("connected", conn.execute("SELECT 1").fetchone()[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_first_start__processes_starting_together_on_a_fresh_directory__all_connect(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    starters = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, str(go)],
+            cwd=ROOT,
+            env=_env(data_dir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    go.touch()
+    outputs = [starter.communicate(timeout=300) for starter in starters]
+    assert [starter.returncode for starter in starters] == [0, 0, 0], [err[-2000:] for _, err in outputs]
+    assert [out.split() for out, _ in outputs] == [["connected", "1"]] * 3
+    assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
