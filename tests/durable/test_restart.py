@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from awa_django.exceptions import RestartError
+from awa_django import RestartError
 from awa_django.models import Job, JobStep
 from awa_django.services.steps import restart_from_step
 from awa_django.sql import statements
