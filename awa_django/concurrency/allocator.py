@@ -275,10 +275,11 @@ class Allocator:
         local = state.slots.try_acquire(min(wanted, headroom))
         headroom -= local
         # The whole rest is recorded as demand even when the headroom is spent: the queue contends.
-        overflow = self._pool.try_acquire(queue, wanted - local, now=now)
-        if overflow > headroom:  # only after a reconfigure left more in flight than the global maximum
-            self._pool.release(queue, overflow - headroom, now=now)
-            overflow = headroom
+        # The pool grants no more than the headroom: it can see free slots the global maximum
+        # still counts (after a reconfigure, and while the writer lends the slots of jobs being
+        # written). Granting and then giving back the excess left the pool's demand at 0 where the
+        # allocator's was not, so no release ever named the queue again (a lost wake-up).
+        overflow = self._pool.try_acquire(queue, wanted - local, now=now, limit=headroom)
         self._set_demand(queue, state, wanted - local - overflow)
         return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
 
@@ -391,6 +392,8 @@ class Allocator:
             )
         for name, state in self._queues.items():
             state.active = name in queues
+            if not state.active:  # a removed queue contends no more (the pool forgets it too)
+                self._set_demand(name, state, 0)
         for name, limits in queues.items():
             capacity = limits.max_workers if global_max_workers is None else limits.min_workers
             if self._caps is not None:

@@ -318,8 +318,9 @@ class OverflowPool:
 
     # --- changing ----------------------------------------------------------------
 
-    def try_acquire(self, queue: str, wanted: int, *, now: float | None = None) -> int:
-        """Record `wanted` as the queue's demand and grant what the rule allows; never blocks.
+    def try_acquire(self, queue: str, wanted: int, *, now: float | None = None, limit: int | None = None) -> int:
+        """Record `wanted` as the queue's demand and grant what the rule allows, and at most
+        `limit` (the caller's own headroom); never blocks. What is not granted stays demand.
 
         `try_acquire(queue, 0)` clears the demand: a queue holding nothing then stops
         contending (and forgets its credit).
@@ -331,6 +332,8 @@ class OverflowPool:
         if wanted == 0 or self._held_total >= self._total:
             return 0  # nothing is free: no need to rank anyone
         granted = max(0, min(wanted, self.available, self._target(queue, now) - entry.held))
+        if limit is not None:
+            granted = min(granted, max(0, limit))
         if granted:
             # held + demand (the cap) is unchanged, and with it every share.
             tau = self._tau()

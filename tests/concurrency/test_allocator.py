@@ -349,3 +349,21 @@ def test_keepable__never_hands_over_released_or_foreign_permits() -> None:
     b = allocator.try_acquire("b", 1)
     a[0].release()
     assert allocator.keepable("a", [*a, *b]) == a[1:]
+
+
+def test_weighted__asked_while_permits_are_lent__woken_when_they_come_back() -> None:
+    """The writer lends the slots of jobs being written (``lending``); until those permits are
+    released, the global maximum still counts them. A queue that asks in between is refused, and
+    must be woken when they come back: its demand is recorded where ``waiting()`` reads it."""
+    alloc = Allocator.weighted(10, {"a": QueueLimits(min_workers=0)}, clock=lambda: 0.0)
+    permits = alloc.try_acquire("a", 10)
+    assert len(permits) == 10
+    with alloc.lending(permits):
+        pass  # no other queue took them: the writer passes nothing across
+    assert alloc.try_acquire("a", 1) == []  # still ten in flight: refused
+    assert alloc.demand("a") == 1
+    assert alloc.waiting() == []  # nothing is free yet
+    for permit in permits:
+        permit.release()
+    assert alloc.to_wake() == ["a"]
+    assert len(alloc.try_acquire("a", 1)) == 1

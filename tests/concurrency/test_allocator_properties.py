@@ -170,6 +170,21 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert self.count(key) <= ceiling
 
     @invariant()
+    def a_queue_with_demand_contends_in_the_pool(self) -> None:
+        """Weighted mode: a queue whose last ask went partly unanswered is one the pool will name
+        when a permit comes back (``waiting()`` reads the pool's demand). A grant the pool made and
+        the allocator took back (more than the global maximum's headroom, while permits were lent)
+        once left the pool's demand at 0 and the allocator's at 1: the queue was never woken again
+        (the weighted rate-limit test's lost wake-up)."""
+        if not self.weighted:
+            return
+        pool = self.alloc._pool
+        assert pool is not None
+        for queue in self.config:
+            if self.alloc.demand(queue) > 0:
+                assert pool.demand(queue) > 0, (queue, self.alloc.demand(queue))
+
+    @invariant()
     def hook_called_once_per_release(self) -> None:
         assert len(self.released_calls) == self.releases
 
