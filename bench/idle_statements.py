@@ -8,9 +8,8 @@ server of this checkout, ``.pgdata``). For each in turn: ``ALTER DATABASE ... SE
 log_min_duration_statement = 0``, one ``manage.py awa_worker -q bench`` of that checkout started
 on it with no job to run, and after 8 s of start-up, the server's log read for ``--seconds``; then
 the setting is reset. Printed: statements a second, each statement (its first line: the SQL
-files' comment names it) with its rate. A prepared statement is logged at its parse and bind as
-well as its execution on some servers, so read the named lines' rates, not the total, across
-versions that prepare differently.
+files' comment names it) with its rate. Only executions are counted (a prepared statement's parse
+and bind have log lines of their own).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import argparse
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".pgdata"
 LOG = DATA / "log"  # the embedded server's stderr (testproject/embedded.py)
-LINE = re.compile(r"LOG:  duration: [\d.]+ ms  (?:statement|execute [^:]*|bind [^:]*|parse [^:]*): (.*)")
+# One line per statement run: "statement:" (simple protocol) or "execute <name>:" (extended); a
+# prepared statement's parse and bind are logged on lines of their own, not counted.
+LINE = re.compile(r"LOG:  duration: [\d.]+ ms  (?:statement|execute [^:]*): (.*)")
 
 
 def admin(sql: str) -> None:
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("targets", nargs="+", help="CHECKOUT:DATABASE, one or more")
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
+    # Stopped by a signal (timeout, Ctrl-C), still stop the worker: the finally in measure() runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not LOG.is_file():
         raise SystemExit(f"no server log at {LOG}: start the embedded server (python -m testproject.embedded url)")
     for target in args.targets:

@@ -43,8 +43,9 @@ def apply(toggles: set[str]) -> None:
     import django
 
     django.setup()
+    from awa_django import context  # the job context moved beside the models (af7d873)
     from awa_django.observability import tracing
-    from awa_django.worker import attempts, context, executor
+    from awa_django.worker import attempts, executor
 
     if "notrace" in toggles:
 
