@@ -19,16 +19,24 @@ from awa_django.models import Job, JobState
 
 
 def add_jobs(
-    queue: str, key: str, n: int, *, kind: str = "sleep", seconds: float = 0.02, priority: int = 2
+    queue: str,
+    key: str,
+    n: int,
+    *,
+    kind: str = "sleep",
+    seconds: float = 0.02,
+    priority: int = 2,
+    args: dict[str, object] | None = None,
 ) -> list[int]:
-    """``n`` available jobs of ``key``, due now, inserted in one statement (one NOTIFY)."""
+    """``n`` available jobs of ``key``, due now, inserted in one statement (one NOTIFY); their
+    args are ``{"seconds": seconds}`` unless given."""
     now = timezone.now()
     jobs = Job.objects.bulk_create(
         Job(
             kind=kind,
             queue=queue,
             fair_key=key,
-            args={"seconds": seconds},
+            args={"seconds": seconds} if args is None else args,
             state=JobState.AVAILABLE,
             priority=priority,
             run_at=now,

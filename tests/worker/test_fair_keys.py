@@ -18,6 +18,7 @@ from awa_django.worker.keyed import parse_freed
 from tests.conftest import connect_outside_django
 from tests.harness import make_config, running_worker, wait_until
 from tests.worker.fairkeys import add_jobs, all_backlogged_until, first_offers, peak_running, ran, shares
+from tests.worker.support import Gates, gated_registry
 
 QUEUE = "keyed"
 
@@ -248,19 +249,36 @@ def test_rate_limited_keyed_queue__hands_slots_over__within_its_tokens() -> None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog() -> None:
-    """Aging rewrites a waiting job's priority: the keyed claim finds it behind its key's cursor
-    (the sweep sees the key's first due job) and takes it before the rest of its key's backlog."""
+def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog(gates: Gates) -> None:
+    """Aging rewrites a waiting job's priority: the key sweep finds it behind its key's cursor and
+    moves the cursor back, so the key's next claim takes it before the rest of the key's backlog.
+
+    Two gated jobs of the backlog hold both slots, so the key's cursor is past the backlog's
+    front; then the old job arrives, due ten seconds ago at priority 4, and ages to priority 1 (its
+    run_at puts it first among the backlog's priority-1 jobs, behind the key's cursor) while two
+    key sweeps run; then the gates open. Conditions, not a clock: the slots are held until the
+    aging is in the row and the sweeps have counted, however slow the machine. Without aging it
+    would run last; without the look-behind, after the backlog."""
+    started: list[int] = []
     Queue.objects.create(name=QUEUE, max_workers=2, priority_aging=timedelta(seconds=1))
-    backlog = add_jobs(QUEUE, "K", 400, seconds=0.02, priority=2)
-    (old,) = add_jobs(QUEUE, "K", 1, seconds=0.02, priority=4)
-    Job.objects.filter(pk=old).update(run_at=timezone.now() - timedelta(seconds=10))
+    backlog = add_jobs(QUEUE, "K", 40, kind="gated", priority=1, args={})
     config = {QUEUE: QueueConfig(QUEUE, max_workers=2, priority_aging=1.0)}
-    with running_worker(make_config(config)):
-        wait_until(lambda: done(401), timeout=60, what="401 jobs done")
-    runs = ran(QUEUE)
-    position = next(i for i, r in enumerate(runs) if r.id == old)
-    assert position < len(backlog) // 2, position  # never aged, it would have run last
+    with running_worker(make_config(config), registry=gated_registry(gates, started, QUEUE)) as worker:
+        wait_until(lambda: len(started) == 2, what="two jobs holding both slots")
+        (old,) = add_jobs(QUEUE, "K", 1, kind="gated", priority=4, args={})
+        Job.objects.filter(pk=old).update(run_at=timezone.now() - timedelta(seconds=10))
+        wait_until(lambda: Job.objects.get(pk=old).priority == 1, what="the old job aged to priority 1")
+        keyed = worker.runners[QUEUE].keyed
+        assert keyed is not None
+        swept = keyed.sweeps  # the next sweep may have begun before the aging: wait for two
+        wait_until(lambda: keyed.sweeps >= swept + 2, what="two key sweeps since the aging")
+        held = list(started)
+        gates.open_together([*backlog, old])
+        wait_until(lambda: done(41), timeout=60, what="41 jobs done")
+    starts = {r.id: r.start for r in ran(QUEUE)}
+    assert sorted(held) == backlog[:2], held
+    behind = [job for job in backlog if job not in held]
+    assert all(starts[old] <= starts[job] for job in behind), (starts[old], sorted(starts.values())[:5])
 
 
 @pytest.mark.django_db
