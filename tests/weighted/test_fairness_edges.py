@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from awa_django.concurrency import Permit
 from awa_django.worker import QueueConfig, WorkerConfig
 from tests.harness import make_config, running_worker
 from tests.weighted.support import Recorder, Sampler, between, contended, enqueue, time_weighted_mean
@@ -41,14 +42,27 @@ def _mean(samples: list, queue: str) -> float:
 def test_newcomer__weight_1_beside_weight_10_starts_within_a_turn_and_averages_its_share() -> None:
     recorder = Recorder()
     config = _config(10, QueueConfig("A", weight=10), QueueConfig("B", weight=1))
-    with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry):
+    asked: list[float] = []  # when B's runner first asked the allocator for a slot
+    with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry) as worker:
+        allocator = worker.allocator
+        try_acquire = allocator.try_acquire
+
+        def noting(queue: str, wanted: int) -> list[Permit]:
+            if queue == "B" and not asked:
+                asked.append(time.monotonic())
+            return try_acquire(queue, wanted)
+
+        allocator.try_acquire = noting  # type: ignore[method-assign]
         enqueue("A", 1200, ms=100)
         sampler.wait_for(lambda s: s.running["A"] == 10, 30, "A to hold the whole pool (10 running)")
         committed = enqueue("B", 200, ms=100)
         sampler.wait_for(lambda s: s.t >= committed + WINDOW + 0.5, 30, "the measuring window to pass")
     starts = recorder.started("B")
     assert starts, f"B started no job in {WINDOW + 0.5:.1f}s beside A"
-    a_ended = recorder.ended_between("A", committed, starts[0])
+    assert asked and committed <= asked[0] <= starts[0]
+    # Counted from B's first ask, not from its commit: the NOTIFY and the runner's look before it
+    # are the machine's latency (under load, 200 ms is 20 of A's ends), the turn is the allocator's.
+    a_ended = recorder.ended_between("A", asked[0], starts[0])
     window = between(sampler.snapshot(), committed + 0.5, committed + 0.5 + WINDOW)
     mean_b = _mean(window, "B")
     assert all(s.available["A"] > 0 and s.available["B"] > 0 for s in window), "both must stay loaded"

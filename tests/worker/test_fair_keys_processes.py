@@ -54,9 +54,12 @@ def test_processes__cap_2_across_3_workers__never_3_running(spawn: Spawner) -> N
 def test_processes__flood_and_newcomer__newcomer_served_promptly_then_half(spawn: Spawner) -> None:
     Queue.objects.create(name=QUEUE, max_workers=4)
     workers = start(spawn, 1)
-    add_jobs(QUEUE, "A", 1000, seconds=0.05)
-    wait_until(lambda: drained(workers, 40), timeout=60, interval=0.05, what="A under way")
-    add_jobs(QUEUE, "B", 50, seconds=0.05)
+    # 150 ms jobs: "promptly" is counted in A's starts (four rounds of its four slots), and B's
+    # NOTIFY and the subprocess's read of it take machine time: with 50 ms jobs the 16 starts were
+    # 200 ms, which a loaded CI host can spend before the worker knows of B at all.
+    add_jobs(QUEUE, "A", 1000, seconds=0.15)
+    wait_until(lambda: drained(workers, 12), timeout=60, interval=0.05, what="A under way")
+    add_jobs(QUEUE, "B", 40, seconds=0.15)
     b_committed = timezone.now()  # just after the commit (created_at is taken before the insert)
     wait_until(
         lambda: not Job.objects.filter(queue=QUEUE, fair_key="B").exclude(state="completed").exists(),
