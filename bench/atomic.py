@@ -13,8 +13,9 @@ one commits it on its own, the atomic one with its completion),
 each with one ``manage.py awa_worker -q bench`` started for it, on an emptied, vacuumed table.
 
 Printed per repetition and as medians: the rate over the database's own span (first claim to last
-completion: no start-up, no polling delay), the worker's CPU µs per job from 10 % of the jobs
-completed to the end (``/proc``), and the median of the paired ratios atomic ÷ plain (rate and
+completion: no start-up, no polling delay), the worker's CPU µs per job and the server's (every
+PostgreSQL process on this machine: the embedded server's, ``floor.server_cpu_seconds``), from 10 %
+of the jobs completed to the end (``/proc``), and the median of the paired ratios atomic ÷ plain (rate and
 CPU). ``--conn-max-age`` is the worker's ``CONN_MAX_AGE`` (default 600: persistent connections,
 what a worker should run with, docs/guide/exactly-once.md); 0 is Django's default, under which
 each atomic attempt opens and closes a connection of its own.
@@ -39,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.floor import connect, cpu_seconds, setup  # noqa: E402 (ROOT on the path first)
+from bench.floor import connect, cpu_seconds, server_cpu_seconds, setup  # noqa: E402 (ROOT on the path first)
 
 DB_NAME = "awa_bench_atomic"
 QUEUE = "bench"
@@ -84,9 +85,9 @@ def completed(conn: Any, table: str) -> int:
     return int(done)
 
 
-def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float]:
-    """Drain the n jobs with one awa_worker: (jobs/s over the database's span, CPU µs per job from
-    10 % of the jobs completed to the end)."""
+def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float, float]:
+    """Drain the n jobs with one awa_worker: (jobs/s over the database's span, the worker's CPU µs
+    per job and the server's, both from 10 % of the jobs completed to the end)."""
     # AWA_DB_NAME: set by setup(). DEBUG off, as in production: with it Django records every query.
     env = dict(os.environ, PYTHONPATH=str(ROOT), DJANGO_DEBUG="false")
     with open(WORKER_LOG, "ab") as log:
@@ -98,7 +99,7 @@ def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[f
         )
     try:
         deadline = time.monotonic() + max(180.0, n / 50)
-        mark: tuple[float, int] | None = None
+        mark: tuple[float, float, int] | None = None
         with connect() as conn:
             table = every_job(conn)
             while True:
@@ -108,11 +109,11 @@ def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[f
                     raise SystemExit(f"the worker did not drain {n} jobs in time; see {WORKER_LOG}")
                 done = completed(conn, table)
                 if mark is None and done >= 0.1 * n:
-                    mark = (cpu_seconds(proc.pid), done)
+                    mark = (cpu_seconds(proc.pid), server_cpu_seconds(), done)
                 if done >= n:
                     break
                 time.sleep(0.1)
-            cpu = cpu_seconds(proc.pid)
+            cpu, server = cpu_seconds(proc.pid), server_cpu_seconds()
             span, once = conn.execute(
                 f"SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)), "
                 f"count(*) FILTER (WHERE attempt = 1) FROM {table}"
@@ -127,7 +128,8 @@ def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[f
     if once != n:
         raise SystemExit(f"expected {n} jobs completed at their first attempt, found {once}")
     assert mark is not None
-    return n / float(span), (cpu - mark[0]) / max(n - mark[1], 1) * 1e6
+    jobs = max(n - mark[2], 1)
+    return n / float(span), (cpu - mark[0]) / jobs * 1e6, (server - mark[1]) / jobs * 1e6
 
 
 def run_worker(conn_max_age: int, sync_threads: int, argv: list[str]) -> None:
@@ -155,16 +157,18 @@ def main() -> None:
     args = parser.parse_args()
     setup(DB_NAME)
     kinds = HANDLERS[args.handler]
-    got: dict[str, list[tuple[float, float]]] = {"plain": [], "atomic": []}
+    got: dict[str, list[tuple[float, float, float]]] = {"plain": [], "atomic": []}
     for rep in range(args.reps):
         order = ("plain", "atomic") if rep % 2 == 0 else ("atomic", "plain")
         for which in order:
             fill(args.jobs, kinds[which])
             got[which].append(drain(args.jobs, args.conn_max_age, args.sync_threads))
-        (plain_rate, plain_cpu), (atomic_rate, atomic_cpu) = got["plain"][-1], got["atomic"][-1]
+        plain_rate, plain_cpu, plain_server = got["plain"][-1]
+        atomic_rate, atomic_cpu, atomic_server = got["atomic"][-1]
         print(
-            f"  rep {rep + 1} ({order[0]} first): plain={plain_rate:,.0f}/s ({plain_cpu:.0f} µs CPU/job) "
-            f"atomic={atomic_rate:,.0f}/s ({atomic_cpu:.0f} µs CPU/job) ratio={atomic_rate / plain_rate:.2f}",
+            f"  rep {rep + 1} ({order[0]} first): plain={plain_rate:,.0f}/s ({plain_cpu:.0f} µs worker, "
+            f"{plain_server:.0f} µs server CPU/job) atomic={atomic_rate:,.0f}/s ({atomic_cpu:.0f} µs worker, "
+            f"{atomic_server:.0f} µs server CPU/job) ratio={atomic_rate / plain_rate:.2f}",
             file=sys.stderr,
             flush=True,
         )
@@ -174,14 +178,15 @@ def main() -> None:
         f"{args.jobs:,} {args.handler} jobs per drain, {args.reps} alternated pairs, "
         f"CONN_MAX_AGE={args.conn_max_age}, SYNC_THREADS={args.sync_threads or 'default'}, medians:"
     )
-    print("| drain | jobs/s | worker CPU per job, 10-100 % (µs) |")
-    print("| --- | ---: | ---: |")
+    print("| drain | jobs/s | worker CPU per job, 10-100 % (µs) | server CPU per job (µs) |")
+    print("| --- | ---: | ---: | ---: |")
     for which in ("plain", "atomic"):
-        rate = statistics.median(r for r, _ in got[which])
-        cpu = statistics.median(c for _, c in got[which])
-        print(f"| `{kinds[which]}` ({which}) | {rate:,.0f} | {cpu:.0f} |")
+        rate = statistics.median(r for r, _, _ in got[which])
+        cpu = statistics.median(c for _, c, _ in got[which])
+        server = statistics.median(s for _, _, s in got[which])
+        print(f"| `{kinds[which]}` ({which}) | {rate:,.0f} | {cpu:.0f} | {server:.0f} |")
     print(f"| atomic ÷ plain (median of the paired ratios) | {statistics.median(rate_ratios):.2f} | "
-          f"{statistics.median(cpu_ratios):.2f} |")  # fmt: skip
+          f"{statistics.median(cpu_ratios):.2f} | |")  # fmt: skip
 
 
 if __name__ == "__main__":

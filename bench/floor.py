@@ -181,6 +181,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu_seconds() -> float:
+    """The user + system CPU time of every process on this machine whose command line is a
+    PostgreSQL server's (the postmaster and its backends, walwriter, checkpointer...): the
+    server's side of a drain when it runs here, as the embedded one does. Processes that ended
+    between two readings take their time with them: read it across a steady stretch."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        if command.startswith(b"postgres") or b"/bin/postgres" in command.split(b"\0", 1)[0]:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def worker_once(
     n: int,
     extra: list[str],

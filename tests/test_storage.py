@@ -65,10 +65,13 @@ def claim(job_id: int) -> int:
 
 
 def finish(job_id: int, lease: int, outcome: str) -> list[int]:
-    """The worker's writer: a bare completion, or another outcome through finalize_jobs."""
+    """The worker's writer: a bare completion (the batch's statement, or an atomic attempt's
+    one-row one), or another outcome through finalize_jobs."""
     with connection.cursor() as cursor:
         if outcome == "complete":
             cursor.execute(statements["complete_jobs"], {"ids": [job_id], "leases": [lease]})
+        elif outcome == "complete_one":
+            cursor.execute(statements["complete_job"], {"id": job_id, "lease": lease})
         else:
             state, result = (JobState.COMPLETED, '{"x": 1}') if outcome == "complete_with_result" else (outcome, None)
             cursor.execute(
@@ -111,7 +114,7 @@ def test_tables__hot_and_finished_have_the_same_columns_in_the_same_order_as_the
     assert {name for name, _ in hot} == {field.column for field in Job._meta.concrete_fields}
 
 
-OUTCOMES = ("complete", "complete_with_result", JobState.FAILED, JobState.CANCELLED, JobState.RETRYABLE)
+OUTCOMES = ("complete", "complete_one", "complete_with_result", JobState.FAILED, JobState.CANCELLED, JobState.RETRYABLE)
 
 
 @pytest.mark.django_db
@@ -147,6 +150,18 @@ def test_writer__a_finished_job_leaves_the_hot_table_unless_it_keeps_its_unique_
         transaction.set_rollback(True)
 
 
+def test_complete_job__is_complete_jobs_for_one_row() -> None:
+    """complete_job exists for its plan only (complete_job.sql): the rest of its text must stay
+    complete_jobs', or the two completions would drift apart."""
+    batch, one = statements["complete_jobs"], statements["complete_job"]
+    assert one == batch.replace(
+        "    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)\n"
+        "    WHERE j.id = d.id\n",
+        "    WHERE j.id = %(id)s::bigint\n",
+    ).replace("      AND j.run_lease = d.lease\n", "      AND j.run_lease = %(lease)s::bigint\n")
+    assert one != batch
+
+
 @pytest.mark.django_db
 def test_writer__a_late_write_of_a_lost_lease_moves_nothing() -> None:
     job = Job.objects.enqueue("noop", {})
@@ -154,6 +169,7 @@ def test_writer__a_late_write_of_a_lost_lease_moves_nothing() -> None:
     claim(job.pk)  # rescued and claimed again: the first attempt's lease is stale
 
     assert finish(job.pk, lease, "complete") == []
+    assert finish(job.pk, lease, "complete_one") == []
     assert finish(job.pk, lease, JobState.FAILED) == []
     assert where(job.pk) == ["awa_job"]
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
