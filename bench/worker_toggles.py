@@ -18,7 +18,11 @@ alternated, on the same jobs. ``AWA_TOGGLES`` is a comma-separated list of:
 - ``noshield``: the attempt awaits its write's future directly, without ``asyncio.shield``;
 - ``nolook``: no look-behind (its window look runs every 0.05 s; without it a job made available
   behind a lane cursor is never found, so only for runs where none is, like the pickup one);
-- ``nogc``: the cyclic garbage collector off for the whole run.
+- ``nogc``: the cyclic garbage collector off for the whole run;
+- ``generic``: the worker's pool connections prepare each statement at its first execution
+  (``prepare_threshold`` 0, psycopg's default is the fifth) and plan it once
+  (``plan_cache_mode = force_generic_plan``; Postgres's default plans the first five executions of
+  a prepared statement each, and one with array parameters at every execution).
 
 Every other argument is passed to ``manage.py`` as is.
 """
@@ -127,6 +131,19 @@ def apply(toggles: set[str]) -> None:
 
     if "nogc" in toggles:
         gc.disable()
+
+    if "generic" in toggles:
+        from awa_django.worker import db
+
+        pool_kwargs = db.connection_kwargs
+
+        def generic_kwargs(alias: str) -> dict[str, Any]:
+            kwargs = pool_kwargs(alias)
+            kwargs["prepare_threshold"] = 0
+            kwargs["options"] = (kwargs.get("options", "") + " -c plan_cache_mode=force_generic_plan").strip()
+            return kwargs
+
+        db.connection_kwargs = generic_kwargs  # make_pool's, and connect()'s (the leader, LISTEN)
 
     if "nojson" in toggles:
         import psycopg
