@@ -10,6 +10,11 @@ job's pickup from its row: ``attempted_at - run_at``, both the database's clock 
 ``now()`` minus the insert's): NOTIFY delivery, the wake-up and the claim round trip, without the
 handler. Configurations alternate within each repetition; p50/p95/p99 are over all samples of a
 configuration. The configurations are separated by ``/`` (``--configs "/nolook/nogc"``).
+
+``--to handler`` measures to the handler's start instead: ``stamp`` jobs, which return the worker's
+``time.time()`` as they run, minus this process's ``time.time()`` once the enqueue returned (one
+machine, one clock), as bench/run.py's pickup does. That includes what the database's clock leaves
+out: the claim statement's own planning and execution, and the attempt's start.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from bench import floor  # noqa: E402  (the path above first)
 DB_NAME = "awa_bench_pickup"
 
 
-def run_once(toggles: str, samples: int) -> list[float]:
+def run_once(toggles: str, samples: int, to: str = "claim") -> list[float]:
     from awa_django.models import Job
 
     with floor.connect() as conn:
@@ -61,14 +66,26 @@ def run_once(toggles: str, samples: int) -> list[float]:
                     raise SystemExit(f"the worker did not start; see {floor.WORKER_LOG}")
                 time.sleep(0.05)
             conn.execute("TRUNCATE awa_job, awa_job_done")
+            committed: dict[int, float] = {}
             for _ in range(samples):
                 time.sleep(random.uniform(0.02, 0.06))
-                Job.objects.enqueue("noop", queue=floor.QUEUE)
+                if to == "handler":
+                    job = Job.objects.enqueue("stamp", queue=floor.QUEUE)
+                    committed[job.pk] = time.time()
+                else:
+                    Job.objects.enqueue("noop", queue=floor.QUEUE)
             deadline = time.monotonic() + 60
             while conn.execute("SELECT count(*) FROM awa_job WHERE attempted_at IS NULL").fetchone()[0]:
                 if time.monotonic() > deadline:
                     raise SystemExit("jobs left unclaimed")
                 time.sleep(0.05)
+            if to == "handler":
+                while conn.execute("SELECT count(*) FROM awa_job WHERE state <> 'completed'").fetchone()[0]:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("jobs left unfinished")
+                    time.sleep(0.05)
+                stamped = conn.execute("SELECT id, result FROM awa_job_all WHERE state = 'completed'").fetchall()
+                return [(float(result) - committed[job_id]) * 1000 for job_id, result in stamped]
             rows = conn.execute("SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all").fetchall()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -86,16 +103,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--configs", default="/nolook/nogc/nolook,nogc")
+    parser.add_argument(
+        "--to", choices=("claim", "handler"), default="claim", help="claim: the claim's now(); handler: its start"
+    )
     args = parser.parse_args()
     floor.setup(DB_NAME)
     configs = args.configs.split("/")
     got: dict[str, list[float]] = {config: [] for config in configs}
     for rep in range(args.reps):
         for config in configs if rep % 2 == 0 else configs[::-1]:
-            got[config] += run_once(config, args.samples)
+            got[config] += run_once(config, args.samples, args.to)
             values = got[config]
             print(f"  rep {rep + 1} [{config or 'as is'}] p50 {percentile(values, 0.5):.2f} ms", file=sys.stderr)
-    print(f"pickup (claim now() - run_at), {args.samples} samples x {args.reps} repetitions per configuration:")
+    measured = "claim now() - run_at" if args.to == "claim" else "the handler's time.time() - the enqueue's return"
+    print(f"pickup ({measured}), {args.samples} samples x {args.reps} repetitions per configuration:")
     print("| worker | p50 ms | p95 ms | p99 ms | max ms |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for config, values in got.items():
