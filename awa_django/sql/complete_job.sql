@@ -1,10 +1,11 @@
 -- complete_job: end one running job completed, as complete_jobs does a batch: the same guard,
 --   storage move, kept unique key and release (read complete_jobs.sql for each), for one row.
 -- Parameters: id (bigint), lease (bigint): the run_lease the attempt was claimed with.
--- Why a second statement: an atomic attempt (worker/atomic.py) completes its one job on the
---   handler's connection, prepared. complete_jobs binds arrays, and the planner's generic plan
---   for them assumes more rows than a custom plan for a one-element array, so Postgres plans it
---   again at every execution (pg_prepared_statements: 0 generic plans in 12). Measured one job per
+-- Why a second statement: a single completion is common (an atomic attempt's, worker/atomic.py,
+--   on the handler's connection; a quiet worker's batch of one), and runs prepared. complete_jobs
+--   binds arrays, and the planner's generic plan for them assumes more rows than a custom plan
+--   for a one-element array, so Postgres plans it again at every execution (pg_prepared_statements:
+--   0 generic plans in 12). Measured one job per
 --   transaction (BEGIN, the completion, COMMIT): 600 µs of server CPU with complete_jobs, 335 with
 --   this statement, whose generic plan costs what a custom one does and is kept from the sixth.
 --   tests/test_storage.py checks that this text is complete_jobs' but for the DELETE's rows.

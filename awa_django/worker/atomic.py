@@ -136,15 +136,12 @@ def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str |
 
     Each statement is prepared on the connection (``dbparams.execute_prepared``, as enqueue's
     insert): Django's cursor binds on the client and sends the whole text, which the server parses
-    and plans again for every attempt. A bare completion, the common case, runs ``complete_job``,
-    complete_jobs for one row with scalar parameters: the array statement's prepared plan is never
-    generic, so it was planned again at every attempt all the same (complete_job.sql). No pipeline: psycopg's pipeline mode, which would send BEGIN
-    with the statement when the handler ran none, measured no better here (bench/README.md,
-    "Atomic handlers")."""
-    writes = outcome_writes([Written(job, outcome, progress)])
-    if [name for name, _ in writes] == ["complete_jobs"]:  # one bare completion: its scalar statement
-        writes = [("complete_job", {"id": job.id, "lease": job.run_lease})]
+    and plans again for every attempt. A bare completion, the common case, runs ``complete_job``
+    (``outcome_writes`` picks it for one completion): complete_jobs with its array parameters is
+    planned again at every execution, prepared or not (complete_job.sql). No pipeline: psycopg's
+    pipeline mode, which would send BEGIN with the statement when the handler ran none, measured no
+    better here (bench/README.md, "Atomic handlers")."""
     written = False
-    for name, params in writes:
+    for name, params in outcome_writes([Written(job, outcome, progress)]):
         written = execute_prepared(alias, statements[name], params) is not None or written
     return written

@@ -52,7 +52,9 @@ def outcome_writes(entries: Sequence[Finished]) -> list[tuple[str, dict[str, Any
         else:
             final.append(entry)
     writes: list[tuple[str, dict[str, Any]]] = []
-    if complete:
+    if len(complete) == 1:  # one completion (an atomic attempt's, a quiet worker's): its scalar statement
+        writes.append(("complete_job", {"id": complete[0].id, "lease": complete[0].run_lease}))
+    elif complete:
         writes.append(
             ("complete_jobs", {"ids": [job.id for job in complete], "leases": [job.run_lease for job in complete]})
         )
