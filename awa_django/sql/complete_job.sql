@@ -46,8 +46,5 @@ WITH ended AS (
     SELECT id FROM kept
 ), released AS (
     SELECT awa_release_jobs(array_agg(id), array_fill('completed'::text, ARRAY[count(*)::int])) AS n FROM done
-    WHERE EXISTS (SELECT 1 FROM awa_job_edge AS e WHERE e.upstream_id = done.id)
-       OR EXISTS (SELECT 1 FROM awa_job_waiter AS w WHERE w.job_id = done.id)
-    HAVING count(*) > 0
 )
-SELECT done.id FROM done LEFT JOIN released ON true
+SELECT done.id FROM done, released

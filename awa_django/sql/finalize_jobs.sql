@@ -18,10 +18,6 @@
 --   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
---   Only the rows with an out-edge or a waiter are handed over (two primary-key probes each, in the
---   statement's snapshot, which is the function's), and with none the function is not called: it
---   would find nothing to do, and its call (a plpgsql function with its own setting) was 90 µs of
---   server CPU per statement, a third of a one-row completion's (bench/README.md, issue 45).
 WITH d AS (
     SELECT *
     FROM unnest(
@@ -100,8 +96,5 @@ WITH d AS (
     SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n
     FROM done
     WHERE state IN ('completed', 'failed', 'cancelled')
-      AND (EXISTS (SELECT 1 FROM awa_job_edge AS e WHERE e.upstream_id = done.id)
-           OR EXISTS (SELECT 1 FROM awa_job_waiter AS w WHERE w.job_id = done.id))
-    HAVING count(*) > 0
 )
-SELECT done.id FROM done LEFT JOIN released ON true
+SELECT done.id FROM done, released
