@@ -2,11 +2,11 @@
 
 The handler runs inside ``transaction.atomic()`` on the jobs' database, on the Django connection of
 the thread that runs it. When it returns, its completion is written in that same transaction, before
-it commits, by the statements every finalising write uses (``writes.outcome_writes``: complete_jobs,
+it commits, by the statements every finalising write uses (``writes.outcome_writes``: complete_job,
 or finalize_jobs for a result or progress), guarded by (id, running, run_lease). So:
 
 - the guard accepts: the handler's writes, the completion, the jobs it enqueued, the workflow
-  releases the completion causes (awa_release_jobs runs inside complete_jobs) and its
+  releases the completion causes (awa_release_jobs runs inside complete_job) and its
   ``transaction.on_commit`` callbacks all take effect with one COMMIT, the handler's own (a
   callback that raises after it is logged: the job stays completed, and is not run again);
 - the guard refuses (the job was rescued, cancelled or handed back while the handler ran): the

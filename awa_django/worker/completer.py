@@ -1,7 +1,8 @@
 """Batched finalisation: every finished attempt's state is written in batches, then its slot freed.
 
 Attempts submit their outcome and wait; one writer loop takes everything pending, writes it in at
-most two statements (complete_jobs for plain completions, finalize_jobs for the rest), and answers
+most two statements (complete_jobs for plain completions, complete_job for a lone one,
+finalize_jobs for the rest), and answers
 each waiter with whether its row was still running under its lease. While a batch is being written
 the next one accumulates, so batches grow with load and a lone job is written at once. A write
 still out after ``STUCK_AFTER`` (held up in the database: a row lock, a lock queue) no longer

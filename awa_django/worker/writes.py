@@ -3,7 +3,9 @@
 The worker's batch writer (``completer``) and in-process execution (``awa_django.inline``) both
 write outcomes through ``outcome_writes``, so a state is stored the same way whoever ran the
 attempt. A bare completion (no result, no progress) goes to ``complete_jobs``, the cheap
-statement of the common case; every other outcome goes to ``finalize_jobs``. Both match
+statement of the common case (``complete_job`` when it is the only one: the same statement with
+scalar parameters, whose prepared plan Postgres keeps); every other outcome goes to
+``finalize_jobs``. All match
 (id, running, run_lease) and return the ids they wrote. A durable job parked in a wait is
 followed by ``wake_signalled_jobs``, which wakes it if its event came while it parked (it returns
 a subset of the ids just written).
