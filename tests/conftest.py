@@ -24,6 +24,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -70,9 +71,21 @@ def _needs_db(item: pytest.Item) -> bool:
     return cls is not None and issubclass(cls, TransactionTestCase)
 
 
+SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+def slow_list() -> set[str]:
+    """The node ids of tests/slow.txt: long tests the fast loop leaves out, chosen by measured time."""
+    lines = SLOW_LIST.read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     hypothesis_profiles.scale_examples(items)
+    listed = slow_list()
     for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
         spawns = item.get_closest_marker("subprocess") is not None or bool(
             _SUBPROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
         )
