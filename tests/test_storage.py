@@ -155,8 +155,7 @@ def test_complete_job__is_complete_jobs_for_one_row() -> None:
     complete_jobs', or the two completions would drift apart."""
     batch, one = statements["complete_jobs"], statements["complete_job"]
     assert one == batch.replace(
-        "    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)\n"
-        "    WHERE j.id = d.id\n",
+        "    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)\n    WHERE j.id = d.id\n",
         "    WHERE j.id = %(id)s::bigint\n",
     ).replace("      AND j.run_lease = d.lease\n", "      AND j.run_lease = %(lease)s::bigint\n")
     assert one != batch
