@@ -5,9 +5,9 @@
 --   on the handler's connection; a quiet worker's batch of one), and runs prepared. complete_jobs
 --   binds arrays, and the planner's generic plan for them assumes more rows than a custom plan
 --   for a one-element array, so Postgres plans it again at every execution (pg_prepared_statements:
---   0 generic plans in 12). Measured one job per
---   transaction (BEGIN, the completion, COMMIT): 600 µs of server CPU with complete_jobs, 335 with
---   this statement, whose generic plan costs what a custom one does and is kept from the sixth.
+--   0 generic plans in 12). Measured one job per transaction (BEGIN, the completion, COMMIT):
+--   600 µs of server CPU with complete_jobs, 335 with this statement, whose generic plan costs what
+--   a custom one does and is kept from the sixth execution.
 --   tests/test_storage.py checks that this text is complete_jobs' but for the DELETE's rows.
 -- Index: the primary key, one probe. Locking: the deleted row's lock only.
 WITH ended AS (

@@ -80,7 +80,6 @@ def test_completion_waiting_on_a_new_steps_lock__releases_the_step(name: str) ->
                     return row is not None and row[0] == "Lock"
 
                 wait_until(waiting_on_the_lock, what=f"{name} waiting for the upstream's lock")
-        writer.join(30)
     finally:
         writer.join(30)
         worker.close()
