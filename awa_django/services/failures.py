@@ -5,7 +5,7 @@ discarded as one.
 
 Reads at most ``WINDOW`` failed jobs, the most recently finalised, through the finalized_at indexes
 (the page says so when there are more): backward scans of awa_job_done's failed partitions
-(``awa_job_done_finalized_idx``, one per partition, merged newest first) and of the hot table's
+(``awa_job_done_finalized_id_idx``, one per partition, merged newest first) and of the hot table's
 ``awa_job_finalized_idx``, stopped after ``WINDOW + 1`` entries, never a sort of every failed job.
 A failed job with no ``finalized_at`` (only a hand-written row has none) counts as the latest.
 Only the last error entry of each job is read.

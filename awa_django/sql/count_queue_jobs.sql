@@ -13,7 +13,9 @@
 --   scheduled, retryable: awa_job_pending_queue_idx (queue, state);
 --   running: awa_job_key_running_idx (queue, fair_key);
 --   failed: awa_job_all (migration 0023): the failed jobs left hot (awa_job_finalized_idx) and the
---   failed partitions of awa_job_done (awa_job_done_queue_idx (queue, id)).
+--   failed partitions of awa_job_done (awa_job_done_failed_queue_idx (queue) WHERE failed,
+--   migration 0026: through (queue, id) the planner read a bitmap of every failed and cancelled
+--   job of the queue before the count's limit could stop it).
 -- So the cost is the rows counted, at most lim per (queue, state) with a limit: the console's
 -- pages stay cheap on a table of any size. Completed and cancelled rows are never read. No lock.
 WITH RECURSIVE

@@ -3,7 +3,7 @@
 -- while no leader ran). One batch of each branch, finalised before its cutoff, with their in-edges
 -- and the workflow rows left without a job, as delete_finished_jobs does for the hot table.
 -- Parameters: completed_older_than, failed_older_than (interval), limit (int). Returns one row per
--- deleted job. Index: awa_job_done_finalized_idx in each default partition.
+-- deleted job. Index: awa_job_done_finalized_id_idx in each default partition.
 -- Locking: SKIP LOCKED on the jobs; the caller loops until a batch comes back short.
 WITH old_completed AS (
     SELECT id FROM awa_job_done_completed_default

@@ -3,7 +3,7 @@
 -- hot table's and the DEFAULT partitions' leftovers: where those minutes are a large part of a
 -- relation, the planner prefers reading it whole, and a catch-up of N rounds then reads each
 -- finished job N times (issue 43). Without sequential scans every arm of awa_job_all is read
--- through its finished-time index (awa_job_finalized_idx, awa_job_done_finalized_idx), each round
+-- through its finished-time index (awa_job_finalized_idx, awa_job_done_finalized_id_idx), each round
 -- over its own minutes, so a catch-up reads each finished job once.
 -- Parameters: none. Index: none. Locking: none; SET LOCAL lasts until the round's transaction ends.
 SET LOCAL enable_seqscan = off

@@ -6,7 +6,7 @@
 -- Parameters: start, stop (timestamptz, whole minutes), top (int).
 -- Index: awa_job_all's arms each by finish time, a range over the round's minutes only: the hot
 -- table's finished leftovers through awa_job_finalized_idx (state, finalized_at) WHERE finished,
--- awa_job_done through awa_job_done_finalized_idx in each partition the range does not prune
+-- awa_job_done through awa_job_done_finalized_id_idx in each partition the range does not prune
 -- (pin_history_reads, run before it in the round's transaction, keeps the planner off sequential
 -- scans: so each round reads its own minutes' jobs, and a catch-up each finished job once).
 -- Locking: plain reads (no row locks); run after delete_history_minutes under

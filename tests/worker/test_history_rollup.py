@@ -249,7 +249,7 @@ def test_rollup__reads_the_hot_table_and_every_finished_partition_through_their_
         conn.close()
     assert "awa_job_finalized_idx" in plan  # the hot table's finished leftovers
     for branch in ("completed", "failed"):
-        assert f"using awa_job_done_{branch}_default_finalized_at_idx" in plan, plan
+        assert f"using awa_job_done_{branch}_default_finalized_at_id_idx" in plan, plan
     assert "Seq Scan" not in plan, plan
 
 

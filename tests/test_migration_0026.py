@@ -1,0 +1,148 @@
+"""Migration 0026 (issue 43, the console at 20 M rows a day) builds three partitioned indexes of
+``awa_job_done`` on a table that already holds history in several range partitions, without a
+lock that stops writes: ON ONLY each partitioned table, CONCURRENTLY on each leaf, each attached.
+It must leave every index valid with one child per partition (a partition the leader attached
+during the build included), drop the two it replaces, and run backwards and forwards again.
+
+The database is the test's own on the shared server (tests/test_upgrade.py's ``upgrade_database``),
+migrated by ``manage.py`` in a subprocess as a deploy runs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.conftest import connect_outside_django
+from tests.test_upgrade import manage, upgrade_database, value
+
+migration = importlib.import_module("awa_django.migrations.0026_console_indexes")
+
+NEW = sorted(migration.NEW)
+OLD = sorted(migration.OLD)
+FINALIZED = "awa_job_done_finalized_id_idx"
+
+# Finished jobs written straight into awa_job_done, finished over the last three days.
+HISTORY_SQL = """
+INSERT INTO awa_job_done (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, attempted_at,
+                          finalized_at, created_at, errors, metadata, tags, run_lease, fair_key, pending)
+SELECT nextval(pg_get_serial_sequence('awa_job', 'id')), 'k', 'q' || (g % 3), '{}'::jsonb,
+       (ARRAY['completed', 'failed', 'cancelled'])[1 + g % 3], 2, 1, 25, t.at, t.at, t.at, t.at,
+       '[]'::jsonb, '{}'::jsonb, '{}', 1, '', 0
+FROM generate_series(1, 3000) AS g,
+LATERAL (SELECT now() - interval '1 minute' * g AS at) AS t
+"""
+
+
+def day_partition(conn: psycopg.Connection[Any], branch: str, lower: datetime) -> str:
+    """A day's range partition of ``branch``, created and attached as the leader's retention does
+    (CREATE TABLE ... LIKE, then ATTACH PARTITION)."""
+    name = f"{branch}_{lower:%Y%m%d}"
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+            sql.Identifier(name), sql.Identifier(branch)
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+            sql.Identifier(branch), sql.Identifier(name), sql.Literal(lower), sql.Literal(lower + timedelta(days=1))
+        )
+    )
+    return name
+
+
+def leaves(conn: psycopg.Connection[Any], table: str) -> set[str]:
+    rows = conn.execute("SELECT relid::text FROM pg_partition_tree(%s::regclass) WHERE isleaf", [table]).fetchall()
+    return {row[0] for row in rows}
+
+
+def index_state(conn: psycopg.Connection[Any], name: str) -> tuple[bool, set[str]] | None:
+    """(valid, the tables of its leaf indexes) of a partitioned index; None when it does not exist."""
+    valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name]).fetchone()
+    if valid is None:
+        return None
+    rows = conn.execute(
+        "SELECT x.indrelid::regclass::text FROM pg_partition_tree(%s::regclass) AS t "
+        "JOIN pg_index AS x ON x.indexrelid = t.relid WHERE t.isleaf",
+        [name],
+    ).fetchall()
+    return bool(valid[0]), {row[0] for row in rows}
+
+
+def assert_complete(conn: psycopg.Connection[Any], names: list[str]) -> None:
+    """Each index valid, with one index on every leaf partition of its table."""
+    for name in names:
+        table = (migration.NEW | migration.OLD)[name][0]
+        state = index_state(conn, name)
+        assert state is not None, f"{name} is missing"
+        assert state == (True, leaves(conn, table)), (name, state, leaves(conn, table))
+
+
+@pytest.mark.slow  # four migrate runs in subprocesses: 30-40 s
+@pytest.mark.db  # a database of its own on the shared server, outside pytest-django
+@pytest.mark.subprocess
+def test_migration_0026__builds_on_history_and_a_partition_attached_meanwhile__and_back() -> None:
+    with upgrade_database() as dbname:
+        manage(dbname, "migrate", "awa", "0025", "-v", "0")
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        with connect_outside_django(dbname) as conn:
+            conn.autocommit = True
+            for branch in ("awa_job_done_completed", "awa_job_done_failed"):
+                for days in (1, 2, 3):
+                    day_partition(conn, branch, today - timedelta(days=days))
+            day_partition(conn, "awa_job_done_completed", today)
+            conn.execute(HISTORY_SQL)  # today's failed jobs land in the failed branch's default
+            assert value(conn, "SELECT count(*) FROM awa_job_done_failed_default") > 0
+            # An interrupted earlier run, or the build's first statements: the index on the parent
+            # and on one branch, alone. The leader attaches a range to that branch now: the new
+            # range gets the index from its branch, attached.
+            definition = migration.NEW[FINALIZED][1]
+            conn.execute(f"CREATE INDEX {FINALIZED} ON ONLY awa_job_done {definition}")
+            conn.execute(f"CREATE INDEX completed_finalized ON ONLY awa_job_done_completed {definition}")
+            conn.execute(f"ALTER INDEX {FINALIZED} ATTACH PARTITION completed_finalized")
+            attached = day_partition(conn, "awa_job_done_completed", today + timedelta(days=1))
+            state = index_state(conn, FINALIZED)
+            assert state is not None and state[0] is False and attached in state[1], state
+
+        manage(dbname, "migrate", "awa", "0026", "-v", "0")
+
+        with connect_outside_django(dbname) as conn:
+            assert_complete(conn, NEW)
+            assert all(index_state(conn, name) is None for name in OLD)
+            # The reads the indexes are for: a time filter's newest ids from index entries alone,
+            # and a queue's failed jobs counted through the partial index.
+            conn.execute("VACUUM ANALYZE awa_job_done")
+            with conn.transaction():
+                conn.execute("SET LOCAL enable_seqscan = off")
+                conn.execute("SET LOCAL enable_bitmapscan = off")
+                plan = "\n".join(
+                    row[0]
+                    for row in conn.execute(
+                        "EXPLAIN SELECT id FROM awa_job_done WHERE finalized_at >= now() - interval '1 hour' "
+                        "ORDER BY id + 0 DESC LIMIT 50"
+                    )
+                )
+                assert "Index Only Scan using" in plan and "finalized_at_id_idx" in plan, plan
+                plan = "\n".join(
+                    row[0]
+                    for row in conn.execute(
+                        "EXPLAIN SELECT count(*) FROM (SELECT 1 FROM awa_job_done "
+                        "WHERE state = 'failed' AND queue = 'q1' LIMIT 10001) AS c"
+                    )
+                )
+                assert "Index Only Scan using" in plan and "_queue_idx" in plan, plan
+
+        manage(dbname, "migrate", "awa", "0025", "-v", "0")
+        with connect_outside_django(dbname) as conn:
+            assert_complete(conn, OLD)
+            assert all(index_state(conn, name) is None for name in NEW)
+
+        manage(dbname, "migrate", "awa", "-v", "0")
+        with connect_outside_django(dbname) as conn:
+            assert_complete(conn, NEW)
+            assert all(index_state(conn, name) is None for name in OLD)
