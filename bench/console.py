@@ -44,7 +44,7 @@ from bench import floor
 
 CHUNK = 1_000_000
 ROWS = 5_500_000
-SPAN_SECONDS = 86_400  # the history's ids spread over the last day, oldest first
+SPAN_SECONDS = 86_400  # the history's ids spread over the last day, oldest first (--span-hours)
 
 # Per 10,000 jobs (issue 43's mix: 5,000,000 completed, 300,000 failed, 50,000 cancelled, 200,000
 # scheduled, 10,000 retryable): the state of job g is decided by g % 10,000.
@@ -111,7 +111,7 @@ def prepare_partitions(conn: Any) -> None:
     from psycopg import sql
 
     today = conn.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'").fetchone()[0]
-    days = [today + timedelta(days=n) for n in range(-(SPAN_SECONDS // 86_400) - 1, 3)]
+    days = [today + timedelta(days=n) for n in range(-(SPAN_SECONDS // 86_400) - 1, 3)]  # a day back at least
     for branch, prefix in BRANCHES:
         for lower in days:
             name = f"{prefix}{lower.astimezone(UTC):%Y%m%d_%H%M}"
@@ -130,7 +130,10 @@ PROPOSED = {
     "ON awa_job_done (fair_key, id) WHERE fair_key <> ''",
     # The created_at filters (a block range index was tried first: the planner prices it above a
     # sequential scan of the partition, 155,000 pages for an hour of 5.5 M rows, and takes that).
-    "awa_job_done_created_idx": "CREATE INDEX IF NOT EXISTS awa_job_done_created_idx ON awa_job_done (created_at)",
+    # (Migration 0026 replaced it with (created_at) INCLUDE (id): a one-hour filter's newest ids
+    # sorted from index entries alone.)
+    "awa_job_done_created_id_idx": "CREATE INDEX IF NOT EXISTS awa_job_done_created_id_idx "
+    "ON awa_job_done (created_at) INCLUDE (id)",
 }
 
 
@@ -146,7 +149,7 @@ def proposed_indexes(build: bool) -> None:
         conn.execute("ANALYZE awa_job_done")
 
 
-def build(rows: int) -> None:
+def build(rows: int, span_seconds: int = SPAN_SECONDS) -> None:
     with floor.connect() as conn:
         done = storage(conn)
         tables = ["awa_job", *([done] if done else [])]
@@ -160,7 +163,7 @@ def build(rows: int) -> None:
             with conn.transaction():
                 conn.execute("SET LOCAL awa.notify_by_caller = 'on'")  # the insert trigger's NOTIFY: nobody listens
                 for table, finished in ((done or "awa_job", True), ("awa_job", False)):
-                    statement = BUILD.format(table=table, columns=COLUMNS, state_of=STATE_OF, span=SPAN_SECONDS)
+                    statement = BUILD.format(table=table, columns=COLUMNS, state_of=STATE_OF, span=span_seconds)
                     conn.execute(statement, {**params, "finished": finished})
             print(f"  built {last:,} rows in {time.monotonic() - started:,.0f}s", file=sys.stderr, flush=True)
         conn.execute("SELECT setval(pg_get_serial_sequence('awa_job', 'id'), %s)", [rows])
@@ -336,6 +339,16 @@ def drop(name: str) -> None:
         conn.execute(f"DROP DATABASE {name}")  # checked by main: letters, digits, _
 
 
+def migrate_awa(target: str | None) -> None:
+    """``migrate awa TARGET`` (None: the latest), timed: a migration's indexes built on the bench's
+    history (CONCURRENTLY, as a deploy builds them)."""
+    from django.core.management import call_command
+
+    started = time.monotonic()
+    call_command("migrate", "awa", *([target] if target else []), verbosity=0)
+    print(f"  migrate awa {target or '(latest)'}: {time.monotonic() - started:,.1f}s", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=ROWS, help=f"jobs in the history (default {ROWS:,})")
@@ -347,6 +360,18 @@ def main() -> None:
     parser.add_argument("--only", action="append", default=[], help="time only the pages whose name has this")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument(
+        "--span-hours",
+        type=float,
+        default=SPAN_SECONDS / 3600,
+        help="the hours the history's jobs were created over (default 24): --rows 5500000 --span-hours 6.6 "
+        "has 20 M a day's jobs per hour, for the time filters",
+    )
+    parser.add_argument(
+        "--schema",
+        help="migrate awa to this migration before timing (0025: before migration 0026's console indexes), "
+        "then back to the latest at the end",
+    )
+    parser.add_argument(
         "--proposed-indexes",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -357,7 +382,9 @@ def main() -> None:
         parser.error(f"--db {args.db!r}: give a name of letters, digits and _ starting with console_")
     floor.setup(args.db)
     if not args.reuse:
-        build(args.rows)
+        build(args.rows, round(args.span_hours * 3600))
+    if args.schema:
+        migrate_awa(args.schema)
     if args.roll_up or not (args.reuse or args.no_rollup):
         with floor.connect() as conn:
             conn.execute("TRUNCATE awa_history, awa_history_mark")  # a new leader's catch-up, from nothing
@@ -368,6 +395,8 @@ def main() -> None:
     with floor.connect() as conn:
         present = [name for name in PROPOSED if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0]]
     indexes = f"with the proposed {', '.join(present)}" if present else "as migrated"
+    if args.schema:
+        indexes += f", awa at {args.schema}"
     print(f"\n{args.rows:,} jobs ({indexes}); {args.reps} timed requests per page after one warm-up; seconds:")
     for table, rows, size in sizes():
         print(f"  {table}: about {rows:,} rows, {size / 2**30:.2f} GB with its indexes")
@@ -375,6 +404,8 @@ def main() -> None:
     print("| --- | :---: | ---: | ---: | ---: |")
     for name, status, median, slowest, db in results:
         print(f"| {name} | {status} | {median:.3f} | {slowest:.3f} | {db:.3f} |")
+    if args.schema:
+        migrate_awa(None)
     if args.drop:
         from django.db import connections
 

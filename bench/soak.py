@@ -1,8 +1,9 @@
 """A soak with history rolling over (issue 43): steady enqueues at about half the drain rate, a
 short retention so that awa_job_done's partitions are created and dropped many times, and the
-worker SIGKILLed every few minutes and started again.
+workers (two by default) SIGKILLed in turn every few minutes and started again: the others serve on,
+as in a rolling deploy that went wrong.
 
-    python bench/soak.py                                  # 20 minutes, 2,000 jobs/s, kill every 4 min
+    python bench/soak.py                                  # 20 minutes, 2,000 jobs/s, 2 workers, a kill every 4 min
     python bench/soak.py --minutes 5 --rate 1000 --kill-every 90
 
 The worker runs with COMPLETED_RETENTION 120 s (bench/soak_settings.py), so a partition is a minute
@@ -60,6 +61,24 @@ def start_worker() -> subprocess.Popen[bytes]:
     )
 
 
+def wait_for_workers(workers: list[subprocess.Popen[bytes]], timeout: float = 120.0) -> None:
+    """Until each worker process has registered itself (awa_worker_instance, by pid) and listens."""
+    pids = [w.pid for w in workers]
+    deadline = time.monotonic() + timeout
+    with connect() as conn:
+        while True:
+            (up,) = conn.execute(
+                "SELECT count(*) FROM awa_worker_instance WHERE pid = ANY(%s) AND (flags->>'listening')::boolean",
+                [pids],
+            ).fetchone()
+            if up == len(pids):
+                return
+            dead = [w.pid for w in workers if w.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"workers {dead or pids} did not come up; see {WORKER_LOG}")
+            time.sleep(0.2)
+
+
 def minute_row(conn: Any, minute: float) -> tuple[int, float, float]:
     """Completions finalised in [minute, minute + 60) (epoch seconds): count, pickup p50 and p99 (ms)."""
     row = conn.execute(
@@ -96,6 +115,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000.0, help="jobs enqueued per second (half the drain rate)")
     parser.add_argument("--kill-every", type=float, default=240.0, help="seconds between SIGKILLs of the worker")
     parser.add_argument("--batch", type=int, default=20, help="jobs per enqueue transaction")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="awa_worker processes (default 2): each kill takes the longest-running one, the others serve on",
+    )
     args = parser.parse_args()
     setup()
     from django.db import connection
@@ -123,13 +148,17 @@ def main() -> None:
         finally:
             connection.close()
 
-    worker = start_worker()
+    workers = [start_worker() for _ in range(args.workers)]
+    wait_for_workers(workers)  # the first minute measures serving, not the workers' start-up
     kills = 0
     producer = threading.Thread(target=produce, name="producer")
     started = time.time()
     first_minute = int(started) // 60 * 60  # the minute the run starts in (a part of it)
     producer.start()
-    print(f"soak: {args.minutes:.0f} min at {args.rate:.0f} jobs/s, SIGKILL every {args.kill_every:.0f} s")
+    print(
+        f"soak: {args.minutes:.0f} min at {args.rate:.0f} jobs/s, {args.workers} workers, "
+        f"one SIGKILLed every {args.kill_every:.0f} s"
+    )
     print("| minute | completed | jobs/s | pickup p50 (ms) | pickup p99 (ms) | hot MB | done MB | partitions | kills |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     counted = 0
@@ -141,10 +170,11 @@ def main() -> None:
         while True:
             now = time.time()
             if time.monotonic() >= next_kill and now < end:
-                worker.send_signal(signal.SIGKILL)
-                worker.wait()
+                oldest = workers.pop(0)
+                oldest.send_signal(signal.SIGKILL)
+                oldest.wait()
                 kills += 1
-                worker = start_worker()
+                workers.append(start_worker())
                 next_kill += args.kill_every
             if now >= end and not stop.is_set():
                 stop.set()
@@ -170,8 +200,10 @@ def main() -> None:
         (failed,) = conn.execute(
             "SELECT count(*) FROM awa_job_all WHERE queue = %s AND state <> 'completed'", [QUEUE]
         ).fetchone()
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=60)
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.wait(timeout=60)
     total = counted
     verdict = "nothing lost" if total == enqueued[0] and stuck == 0 else "MISMATCH"
     print(
