@@ -11,6 +11,9 @@ migrated by ``manage.py`` in a subprocess as a deploy runs it.
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +22,8 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import connect_outside_django
-from tests.test_upgrade import manage, upgrade_database, value
+from tests.harness import ROOT, wait_until
+from tests.test_upgrade import manage, process_env, upgrade_database, value
 
 migration = importlib.import_module("awa_django.migrations.0026_console_indexes")
 
@@ -146,3 +150,92 @@ def test_migration_0026__builds_on_history_and_a_partition_attached_meanwhile__a
         with connect_outside_django(dbname) as conn:
             assert_complete(conn, NEW)
             assert all(index_state(conn, name) is None for name in OLD)
+
+
+FEED_SQL = """
+INSERT INTO awa_job_done (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, attempted_at,
+                          finalized_at, created_at, errors, metadata, tags, run_lease, fair_key, pending)
+VALUES (nextval(pg_get_serial_sequence('awa_job', 'id')), 'k', 'q1', '{}'::jsonb, 'completed', 2, 1, 25, now(),
+        now(), now(), now(), '[]'::jsonb, '{}'::jsonb, '{}', 1, '', 0)
+"""
+BLOCKED_DDL = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = %(db)s AND wait_event_type = 'Lock' AND (query ILIKE 'ALTER INDEX%%' OR query ILIKE 'DROP INDEX%%')
+"""
+
+
+class Feeder(threading.Thread):
+    """Inserts finished jobs into awa_job_done one at a time, each allowed to wait 5 s for its lock:
+    a writer queued behind a DDL that waits for a long reader would fail."""
+
+    def __init__(self, dbname: str) -> None:
+        super().__init__(name="0026-feeder", daemon=True)
+        self.dbname = dbname
+        self.inserted = 0
+        self.errors: list[BaseException] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with connect_outside_django(self.dbname) as conn:
+            conn.autocommit = True
+            conn.execute("SET lock_timeout = '5s'")
+            while not self.stopping.is_set():
+                try:
+                    conn.execute(FEED_SQL)
+                    self.inserted += 1
+                except psycopg.Error as error:
+                    self.errors.append(error)
+                    return
+
+
+@pytest.mark.slow  # a migrate run in a subprocess held up by a reader: 20-40 s
+@pytest.mark.db
+@pytest.mark.subprocess
+def test_migration_0026__a_long_reader_holds_up_the_migration_not_the_writers() -> None:
+    """A console query (a transaction that has read awa_job_done and stays open) holds its
+    ACCESS SHARE lock while 0026 runs. The statements whose lock would queue every insert behind
+    them (the ATTACH that completes a partitioned index, the DROP INDEX) ask for it 200 ms at a
+    time and retry: the inserts go on, each under a 5 s lock_timeout, while the migration waits
+    for the reader; once it ends, the migration completes."""
+    with upgrade_database() as dbname:
+        manage(dbname, "migrate", "awa", "0025", "-v", "0")
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        with connect_outside_django(dbname) as conn:
+            conn.autocommit = True
+            for branch in ("awa_job_done_completed", "awa_job_done_failed"):
+                day_partition(conn, branch, today - timedelta(days=1))
+            conn.execute(HISTORY_SQL)
+        with connect_outside_django(dbname) as reader, connect_outside_django(dbname) as watcher:
+            watcher.autocommit = True
+            reader.autocommit = False
+            reader.execute("SELECT count(*) FROM awa_job_done")  # its transaction stays open
+            assert reader.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            feeder = Feeder(dbname)
+            feeder.start()
+            migrate = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "migrate", "awa", "0026", "-v", "0"],
+                cwd=ROOT,
+                env=process_env(dbname, ROOT),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_until(
+                    lambda: value(watcher, BLOCKED_DDL, {"db": dbname}) > 0 or migrate.poll() is not None,
+                    timeout=120,
+                    what="the migration's ALTER INDEX or DROP INDEX waiting for the reader's lock",
+                )
+                assert migrate.poll() is None, migrate.communicate()[0].decode()
+                since = feeder.inserted
+                wait_until(lambda: feeder.inserted >= since + 50 or feeder.errors, timeout=60, what="50 inserts")
+                assert migrate.poll() is None, "the migration ended while the reader held its lock"
+                reader.rollback()  # the console query ends
+                output = migrate.communicate(timeout=600)[0].decode()
+                assert migrate.returncode == 0, output
+            finally:
+                if migrate.poll() is None:
+                    migrate.kill()
+                feeder.stopping.set()
+                feeder.join(30)
+            assert not feeder.errors, feeder.errors
+            assert_complete(watcher, NEW)

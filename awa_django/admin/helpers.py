@@ -89,21 +89,35 @@ BEFORE_VAR = "before"
 AFTER_VAR = "after"
 
 
-def _scan_rows(node: dict[str, Any]) -> tuple[float, float]:
-    """The rows an EXPLAIN (FORMAT JSON) plan's scans expect: (read from the heap, read from index
-    entries alone by index-only scans). A scan's own children (a bitmap's index scans) are not
-    counted again."""
+def _scan_rows(node: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """The rows an EXPLAIN (FORMAT JSON) plan's scans expect: those read from the heap, and those
+    read from index entries alone, by table (index-only scans). A scan's own children (a bitmap's
+    index scans) are not counted again."""
     kind = str(node.get("Node Type", ""))
     if kind == "Index Only Scan":
-        return 0.0, float(node.get("Plan Rows", 0))
+        return 0.0, {str(node.get("Relation Name", "")): float(node.get("Plan Rows", 0))}
     if kind.endswith("Scan") and not kind.startswith("Bitmap Index"):
-        return float(node.get("Plan Rows", 0)), 0.0
-    heap = index_only = 0.0
+        return float(node.get("Plan Rows", 0)), {}
+    heap, index_only = 0.0, dict[str, float]()
     for child in node.get("Plans", ()):
         child_heap, child_index_only = _scan_rows(child)
         heap += child_heap
-        index_only += child_index_only
+        for table, rows in child_index_only.items():
+            index_only[table] = index_only.get(table, 0.0) + rows
     return heap, index_only
+
+
+def _sort_share(heap: float, index_only: dict[str, float], visible: dict[str, float], share: float) -> float:
+    """What sorting the scans' rows costs per row, against reading each from the heap (1): an
+    index-only scan's rows cost ``share`` on the all-visible fraction of their table's pages
+    (``visible``, 0 where unknown) and 1 on the rest."""
+    scanned = heap + sum(index_only.values())
+    if not scanned:
+        return 1.0
+    weighed = heap + sum(
+        rows * (visible.get(table, 0.0) * share + 1 - visible.get(table, 0.0)) for table, rows in index_only.items()
+    )
+    return weighed / scanned
 
 
 class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
@@ -211,23 +225,26 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
                     if rows is not None:
                         return Page(rows, number, self)
                     if self._few_to_sort(queryset):
-                        return Page(self._sorted_rows(queryset, *self._bounds(number)), number, self)
+                        ids = self._sorted_ids(queryset, *self._bounds(number))
+                        return Page(list(queryset.filter(id__in=ids).order_by("-id")), number, self)
         return super().page(number)
 
-    def _sorted_rows(self, queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:
-        """Rows ``bottom:top`` of the matches sorted newest first, in two statements: their ids
-        sorted (an index that holds the id, as a time filter's does, sorts them from its entries
-        alone: 0.2 s for 800,000 matches, where sorting whole rows read each one from the heap,
-        0.5 s), then those rows by id (the filter asked again of them, as a search's ids are)."""
-        ids = list(queryset.order_by((F("id") + 0).desc()).values_list("id", flat=True)[bottom:top])
-        return list(queryset.filter(id__in=ids).order_by("-id"))
+    @staticmethod
+    def _sorted_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[int]:
+        """Ids ``bottom:top`` of the matches sorted newest first. The page's rows are then read by
+        these ids (the filter asked again of them, as a search's ids are): an index that holds the
+        id, as a time filter's does, sorts them from its entries alone (0.2 s for 800,000 matches,
+        where sorting whole rows read each from the heap: 0.5 s)."""
+        return list(queryset.order_by((F("id") + 0).desc()).values_list("id", flat=True)[bottom:top])
 
     def _few_to_sort(self, queryset: QuerySet[Any]) -> bool:
         """The planner expects at most SORT_MAX matches (EXPLAIN, no row read): sorting them all
         costs a bounded read through the filter's index, where walking the id index down to
         matches that are not among the newest ids (an hour of last week) reads every newer row.
         Matches the plan reads by index-only scans (the id in the index) count INDEX_ONLY_SHARE
-        each: sorting them reads no row."""
+        each where their table's pages are all-visible (sorting them reads no row), and whole
+        where they are not (the scan reads the row from the heap there: a table filled since its
+        last vacuum)."""
         try:
             sql, params = queryset.order_by().values_list("id", flat=True).query.sql_with_params()
         except EmptyResultSet:
@@ -239,9 +256,16 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             plan = json.loads(plan)
         top = plan[0]["Plan"]
         heap, index_only = _scan_rows(top)
-        scanned = heap + index_only
-        share = 1.0 if not scanned else (heap + index_only * self.INDEX_ONLY_SHARE) / scanned
-        return float(top["Plan Rows"]) * share <= self.SORT_MAX
+        visible: dict[str, float] = {}
+        if index_only:
+            with connections[queryset.db].cursor() as cursor:
+                cursor.execute(
+                    "SELECT relname, CASE WHEN relpages > 0 THEN least(relallvisible::float8 / relpages, 1) ELSE 1 END "
+                    "FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'",
+                    [list(index_only)],
+                )
+                visible = dict(cursor.fetchall())
+        return float(top["Plan Rows"]) * _sort_share(heap, index_only, visible, self.INDEX_ONLY_SHARE) <= self.SORT_MAX
 
     def _keyset_page(self) -> Page:  # type: ignore[type-arg]
         """The page of ``per_page`` matches just older than ``awa_before`` (or just newer than
@@ -253,10 +277,11 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         older = self.awa_after is None
         bound = int(self.awa_before if self.awa_after is None else self.awa_after)  # type: ignore[arg-type]
         rows: list[Any] | None = None
+        read: int | None = None  # ids read for the page, when its rows are then read by id
         if self._awa_ids is not None:
             ids = [i for i in self._awa_ids if (i < bound if older else i > bound)]
             ids = ids[:wanted] if older else ids[-wanted:]
-            rows = list(queryset.filter(id__in=ids).order_by("-id"))
+            rows, read = list(queryset.filter(id__in=ids).order_by("-id")), len(ids)
         elif older:
             # As page(): a filter counted whole is sorted, not walked down the primary key (which, for
             # a few matches, reads the table); a dense one is walked, the capped first in a window,
@@ -268,13 +293,16 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             elif queryset.query.where:
                 rows = self._newest_window(below, 0, wanted, ceiling=bound - 1)
                 if rows is None and self._few_to_sort(below):
-                    rows = self._sorted_rows(below, 0, wanted)
+                    ids = self._sorted_ids(below, 0, wanted)
+                    rows, read = list(below.filter(id__in=ids).order_by("-id")), len(ids)
             if rows is None:
                 rows = list(below.order_by(newest)[:wanted])
         else:
             oldest: Any = (F("id") + 0).asc() if queryset.query.where and not self.awa_capped else "id"
             rows = list(queryset.filter(id__gt=bound).order_by(oldest)[:wanted])[::-1]
-        more = len(rows) > self.per_page
+        # Whether a page lies past this one: from the ids read when the rows were read by id (a row
+        # that left the filter between the two reads shortens the page, not the list).
+        more = (len(rows) if read is None else read) > self.per_page
         if older:
             self.awa_has_older, self.awa_has_newer = more, True
             rows = rows[: self.per_page]

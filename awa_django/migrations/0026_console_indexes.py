@@ -26,6 +26,7 @@ built back the same way.
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -33,7 +34,8 @@ from django.db import migrations
 
 LOCK_TIMEOUT = "200ms"
 PASSES = 3  # passes over the partitions: one, and two more for ranges the leader attached meanwhile
-DROP_ATTEMPTS = 300  # a 200 ms wait and a 100 ms pause each: a minute and a half of busy locks at most
+LOCK_BUDGET = 600.0  # seconds a statement's lock may stay busy before the migration gives up
+PAUSE_FIRST, PAUSE_MAX = 0.1, 5.0  # seconds between tries, doubling: writers wait 200 ms a try at most
 
 # name: (table, definition after the table, suffix of each partition's index name)
 NEW = {
@@ -83,26 +85,34 @@ def build(cursor: Any, name: str, table: str, definition: str, suffix: str) -> N
     blocking writes: ON ONLY each partitioned table, CONCURRENTLY on each leaf, each attached."""
     if _valid(cursor, name):
         return
-    cursor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON ONLY {table} {definition}")
-    for _ in range(PASSES):
-        _attach_partitions(cursor, name, table, definition, suffix)
-        if _valid(cursor, name):
-            return
+    for fresh in (False, True):
+        locked(cursor, f"CREATE INDEX IF NOT EXISTS {name} ON ONLY {table} {definition}")
+        for _ in range(PASSES):
+            if not _attach_partitions(cursor, name, table, definition, suffix):
+                break  # every partition's index is attached, and the index is still invalid
+            if _valid(cursor, name):
+                return
+        if fresh:
+            break
+        # Only an ATTACH validates a partitioned index: one whose last missing partition was
+        # dropped after the last ATTACH stays invalid with nothing left to attach. Built again.
+        drop(cursor, name)
     raise RuntimeError(
         f"the index {name} on {table} is still invalid after {PASSES} passes over its partitions "
-        "(partitions were being created meanwhile): run 'manage.py migrate awa' again"
+        "(partitions were created or dropped meanwhile): run 'manage.py migrate awa' again"
     )
 
 
-def _attach_partitions(cursor: Any, name: str, table: str, definition: str, suffix: str) -> None:
+def _attach_partitions(cursor: Any, name: str, table: str, definition: str, suffix: str) -> bool:
     """One pass over the partitions below ``table``: each one's index built (a leaf's CONCURRENTLY)
-    and attached, unless attached already."""
+    and attached, unless attached already. Whether it attached any."""
     cursor.execute(
         "SELECT relid::text, parentrelid::text, isleaf FROM pg_partition_tree(%s::regclass) "
         "WHERE level > 0 ORDER BY level, relid::text",
         [table],
     )
     index_of = {table: name}
+    attached_any = False
     for relation, parent, leaf in cursor.fetchall():
         parent_index = index_of.get(parent)
         if parent_index is None:  # its parent was dropped meanwhile
@@ -121,33 +131,50 @@ def _attach_partitions(cursor: Any, name: str, table: str, definition: str, suff
                     cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
                 cursor.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {relation} {definition}")
             else:
-                cursor.execute(f"CREATE INDEX IF NOT EXISTS {index} ON ONLY {relation} {definition}")
-            cursor.execute(f"ALTER INDEX {parent_index} ATTACH PARTITION {index}")
+                locked(cursor, f"CREATE INDEX IF NOT EXISTS {index} ON ONLY {relation} {definition}")
+            locked(cursor, f"ALTER INDEX {parent_index} ATTACH PARTITION {index}")
             index_of[relation] = index
+            attached_any = True
         except Exception as error:
             if _sqlstate(error) == UNDEFINED_TABLE:  # a range partition the leader dropped meanwhile
                 continue
             raise
+    return attached_any
 
 
-def drop(cursor: Any, name: str) -> None:
-    """DROP INDEX ``name`` (partitioned: no CONCURRENTLY), its lock asked for at most 200 ms at a time."""
+def locked(cursor: Any, statement: str) -> None:
+    """Run ``statement``, whose lock would queue writers behind it while it waits, asking for that
+    lock 200 ms at a time (``lock_timeout``), with pauses doubling from 0.1 s to 5 s and jittered
+    between tries, for LOCK_BUDGET seconds at most. For the statements that take a lock writers
+    wait for: CREATE INDEX ON ONLY a table (SHARE), ALTER INDEX ATTACH PARTITION (the one that
+    completes a partitioned index validates it, taking its table ACCESS EXCLUSIVE), DROP INDEX of a
+    partitioned index (ACCESS EXCLUSIVE). A CONCURRENTLY build takes none and runs without it."""
+    pause = PAUSE_FIRST
+    deadline = time.monotonic() + LOCK_BUDGET
     cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
     try:
-        for _ in range(DROP_ATTEMPTS):
+        while True:
             try:
-                cursor.execute(f"DROP INDEX IF EXISTS {name}")
+                cursor.execute(statement)
                 return
             except Exception as error:
                 if _sqlstate(error) != LOCK_NOT_AVAILABLE:
                     raise
-                time.sleep(0.1)
-        raise RuntimeError(
-            f"DROP INDEX {name}: its table's lock stayed busy for {DROP_ATTEMPTS} tries of {LOCK_TIMEOUT}; "
-            "run 'manage.py migrate awa' again when long queries on awa_job_done are over"
-        )
+                if time.monotonic() + pause > deadline:
+                    raise RuntimeError(
+                        f"{statement}: the lock it needs stayed busy for {LOCK_BUDGET:.0f} s (asked for "
+                        f"{LOCK_TIMEOUT} at a time); run 'manage.py migrate awa' again when the long "
+                        "queries or transactions on awa_job_done are over"
+                    ) from error
+                time.sleep(pause * random.uniform(0.5, 1.0))
+                pause = min(pause * 2, PAUSE_MAX)
     finally:
         cursor.execute("RESET lock_timeout")
+
+
+def drop(cursor: Any, name: str) -> None:
+    """DROP INDEX ``name``: a partitioned index has no CONCURRENTLY."""
+    locked(cursor, f"DROP INDEX IF EXISTS {name}")
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
