@@ -17,6 +17,7 @@ from awa_django.models import Job, JobState, Queue
 from awa_django.registry import JobHandler, Registry
 from awa_django.services.jobs import CANCELLABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.services.queues import pause_queues, resume_queues
+from awa_django.worker import db as db_module
 from awa_django.worker import listener as listener_module
 from tests.factories import JobFactory, QueueFactory
 from tests.harness import make_config, running_worker, wait_until
@@ -205,7 +206,7 @@ def test_cancel_jobs__before_the_workers_listen__reaches_the_handler_when_the_li
         seen["cancelled"] = context.cancelled
         return "stopped"
 
-    original = listener_module.connect
+    original = db_module.connect  # the listener's (imported from worker.db)
 
     async def gated_connect(*args: Any, **kwargs: Any) -> Any:
         await asyncio.to_thread(gate.wait, 60)
