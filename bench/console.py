@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -214,13 +214,15 @@ def roll_up() -> None:
     print(f"history rollup: {len(took)} rounds to catch up, {sum(took):,.1f} s in all", file=sys.stderr)
 
 
-def pages() -> list[tuple[str, str]]:
+def pages(hour: datetime | None = None) -> list[tuple[str, str]]:
+    """The pages timed; the time filters' hour is ``hour``, or the one that began three hours ago."""
     from django.utils import timezone
 
     from awa_django.models import Job
 
     failed = Job.objects.filter(state="failed").order_by("-id").values_list("pk", flat=True).first()
-    hour = (timezone.now() - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    if hour is None:
+        hour = (timezone.now() - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     span = {"gte": hour.isoformat(), "lt": (hour + timedelta(hours=1)).isoformat()}
     created = urlencode({f"created_at__{op}": value for op, value in span.items()})
     finalized = urlencode({f"finalized_at__{op}": value for op, value in span.items()})
@@ -291,7 +293,7 @@ def measure(name: str, reps: int, fetch: Callable[[], str]) -> Row:
     return name, status, statistics.median(times), max(times), statistics.median(db_times)
 
 
-def time_pages(reps: int, only: list[str]) -> list[Row]:
+def time_pages(reps: int, only: list[str], hour: datetime | None = None) -> list[Row]:
     from django.contrib.auth.models import User
     from django.core.management import CommandError, call_command
     from django.test import Client
@@ -320,7 +322,7 @@ def time_pages(reps: int, only: list[str]) -> list[Row]:
             return f"exit {getattr(error, 'returncode', '?')}"
         return "exit 0"
 
-    for name, url in [*pages(), ("awa_health --json", "")]:
+    for name, url in [*pages(hour), ("awa_health --json", "")]:
         if only and not any(word in name for word in only):
             continue
         out.append(measure(name, reps, page(url) if url else health))
@@ -367,6 +369,11 @@ def main() -> None:
         "has 20 M a day's jobs per hour, for the time filters",
     )
     parser.add_argument(
+        "--hour",
+        type=datetime.fromisoformat,
+        help="the time filters' hour (ISO, e.g. 2026-12-05T07:00+00:00; default: the one that began 3 hours ago)",
+    )
+    parser.add_argument(
         "--schema",
         help="migrate awa to this migration before timing (0025: before migration 0026's console indexes), "
         "then back to the latest at the end",
@@ -391,7 +398,7 @@ def main() -> None:
         roll_up()
     if args.proposed_indexes is not None:
         proposed_indexes(args.proposed_indexes)
-    results = time_pages(args.reps, args.only)
+    results = time_pages(args.reps, args.only, args.hour)
     with floor.connect() as conn:
         present = [name for name in PROPOSED if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0]]
     indexes = f"with the proposed {', '.join(present)}" if present else "as migrated"
