@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
@@ -78,6 +78,10 @@ def index_state(conn: psycopg.Connection[Any], name: str) -> tuple[bool, set[str
     return bool(valid[0]), {row[0] for row in rows}
 
 
+def explain(conn: psycopg.Connection[Any], query: LiteralString) -> str:
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + query))
+
+
 def assert_complete(conn: psycopg.Connection[Any], names: list[str]) -> None:
     """Each index valid, with one index on every leaf partition of its table."""
     for name in names:
@@ -124,20 +128,16 @@ def test_migration_0026__builds_on_history_and_a_partition_attached_meanwhile__a
             with conn.transaction():
                 conn.execute("SET LOCAL enable_seqscan = off")
                 conn.execute("SET LOCAL enable_bitmapscan = off")
-                plan = "\n".join(
-                    row[0]
-                    for row in conn.execute(
-                        "EXPLAIN SELECT id FROM awa_job_done WHERE finalized_at >= now() - interval '1 hour' "
-                        "ORDER BY id + 0 DESC LIMIT 50"
-                    )
+                plan = explain(
+                    conn,
+                    "SELECT id FROM awa_job_done WHERE finalized_at >= now() - interval '1 hour' "
+                    "ORDER BY id + 0 DESC LIMIT 50",
                 )
                 assert "Index Only Scan using" in plan and "finalized_at_id_idx" in plan, plan
-                plan = "\n".join(
-                    row[0]
-                    for row in conn.execute(
-                        "EXPLAIN SELECT count(*) FROM (SELECT 1 FROM awa_job_done "
-                        "WHERE state = 'failed' AND queue = 'q1' LIMIT 10001) AS c"
-                    )
+                plan = explain(
+                    conn,
+                    "SELECT count(*) FROM (SELECT 1 FROM awa_job_done "
+                    "WHERE state = 'failed' AND queue = 'q1' LIMIT 10001) AS c",
                 )
                 assert "Index Only Scan using" in plan and "_queue_idx" in plan, plan
 

@@ -177,20 +177,21 @@ def drop(cursor: Any, name: str) -> None:
     locked(cursor, f"DROP INDEX IF EXISTS {name}")
 
 
-def forwards(apps: Any, schema_editor: Any) -> None:
+def replace(schema_editor: Any, built: dict[str, tuple[str, str, str]], dropped: dict[str, Any]) -> None:
+    """Build the ``built`` indexes, then drop the ``dropped`` ones."""
     with schema_editor.connection.cursor() as cursor:
-        for name, spec in NEW.items():
+        for name, spec in built.items():
             build(cursor, name, *spec)
-        for name in OLD:
+        for name in dropped:
             drop(cursor, name)
+
+
+def forwards(apps: Any, schema_editor: Any) -> None:
+    replace(schema_editor, NEW, OLD)
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        for name, spec in OLD.items():
-            build(cursor, name, *spec)
-        for name in NEW:
-            drop(cursor, name)
+    replace(schema_editor, OLD, NEW)
 
 
 class Migration(migrations.Migration):

@@ -36,15 +36,7 @@ class Heartbeat:
         """The heartbeat interval, or less: at once when a beat was asked for (also while the last
         one ran), or the worker stopping."""
         if not self.now.is_set():
-            waits = [
-                asyncio.ensure_future(self.now.wait()),
-                asyncio.ensure_future(self.runtime.stop.sleep(self.runtime.config.heartbeat_interval)),
-            ]
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
+            await self.runtime.stop.sleep_unless(self.now, self.runtime.config.heartbeat_interval)
         self.now.clear()
 
     async def run(self) -> None:

@@ -108,12 +108,7 @@ class BacklogProbe:
 
     async def _wait_for_request(self, seconds: float) -> None:
         """Until asked to look now, or ``seconds``, or the worker stopping."""
-        waits = [asyncio.ensure_future(self.now.wait()), asyncio.ensure_future(self.runtime.stop.sleep(seconds))]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
+        await self.runtime.stop.sleep_unless(self.now, seconds)
 
     def params(self, queues: list[str]) -> dict[str, list[Any]]:
         """find_ready_queues' parameters: every lane of each queue, from its runner's cursor

@@ -46,6 +46,15 @@ class Stop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), seconds)
 
+    async def sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
+        """Sleep, or less if ``event`` is set or the worker stops meanwhile (``event`` is left set)."""
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.sleep(seconds))]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
     async def unless_forced(self, awaitable: Awaitable[Any]) -> bool:
         """Await ``awaitable`` unless the stop is forced first; True if it finished."""
         work = asyncio.ensure_future(awaitable)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -146,18 +147,27 @@ def test_pause_and_resume_queues__change_only_the_named_queues() -> None:
     assert Queue.objects.get(pk=reports.pk).updated_at == reports.updated_at
 
 
+def cancel_waiter(seen: dict[str, Any], started: threading.Event, seconds: float) -> Callable[[JobContext], str]:
+    """A handler that says it started, then waits up to ``seconds`` for its context to be cancelled,
+    and records in ``seen`` whether it was."""
+
+    def wait_for_cancel(context: JobContext) -> str:
+        started.set()
+        deadline = time.monotonic() + seconds
+        while not context.cancelled and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen["cancelled"] = context.cancelled
+        return "stopped"
+
+    return wait_for_cancel
+
+
 @pytest.mark.django_db(transaction=True)
 def test_cancel_jobs__reaches_the_handler_of_a_running_job_through_its_worker() -> None:
     seen: dict[str, Any] = {}
     started = threading.Event()
 
-    def wait_for_cancel(context: JobContext) -> str:
-        started.set()
-        deadline = time.monotonic() + 30
-        while not context.cancelled and time.monotonic() < deadline:
-            time.sleep(0.02)
-        seen["cancelled"] = context.cancelled
-        return "stopped"
+    wait_for_cancel = cancel_waiter(seen, started, 30)
 
     registry = Registry()
     registry.register(JobHandler("wait_for_cancel", wait_for_cancel, takes_context=True))
@@ -198,13 +208,7 @@ def test_cancel_jobs__before_the_workers_listen__reaches_the_handler_when_the_li
     started = threading.Event()
     gate = threading.Event()  # the LISTEN connection waits for it
 
-    def wait_for_cancel(context: JobContext) -> str:
-        started.set()
-        deadline = time.monotonic() + 60
-        while not context.cancelled and time.monotonic() < deadline:
-            time.sleep(0.02)
-        seen["cancelled"] = context.cancelled
-        return "stopped"
+    wait_for_cancel = cancel_waiter(seen, started, 60)
 
     original = db_module.connect  # the listener's (imported from worker.db)
 
