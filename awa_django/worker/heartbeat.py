@@ -1,5 +1,4 @@
-"""Heartbeats: every heartbeat interval, one statement proves every running attempt alive (and at
-once when the LISTEN connection comes back: ``beat_now``).
+"""Heartbeats: every heartbeat interval, one statement proves every running attempt alive.
 
 ``heartbeat_jobs`` matches each row by (id, state running, run_lease) and writes the attempt's
 progress with it. An attempt whose row did not match is no longer this worker's (rescued after a
@@ -9,7 +8,6 @@ final state is on its way, and the writer matches the same guard.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -24,26 +22,12 @@ logger = logging.getLogger(__name__)
 class Heartbeat:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.now = asyncio.Event()  # set: beat at once instead of at the end of the interval
-
-    def beat_now(self) -> None:
-        """Beat at once: the LISTEN connection has just been (re)established, and a cancel
-        NOTIFYed while it was not in place never arrived. The beat finds such a job no longer
-        held and tells its handler, as a NOTIFY would have (a cancel after the LISTEN is NOTIFYed)."""
-        self.now.set()
-
-    async def _rest(self) -> None:
-        """The heartbeat interval, or less: at once when a beat was asked for (also while the last
-        one ran), or the worker stopping."""
-        if not self.now.is_set():
-            await self.runtime.stop.sleep_unless(self.now, self.runtime.config.heartbeat_interval)
-        self.now.clear()
 
     async def run(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""
         runtime = self.runtime
         while not runtime.stop.stopping:
-            await self._rest()
+            await runtime.stop.sleep(runtime.config.heartbeat_interval)
             # Attempts already finishing are being written; in id order, like the completer's
             # batches, so two batch updates of the same rows cannot deadlock.
             entries = sorted(

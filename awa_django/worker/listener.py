@@ -157,19 +157,10 @@ class BacklogProbe:
 class Listener:
     """LISTEN for wake-ups; ``listening`` is true only while the connection proves it works."""
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        probe: BacklogProbe,
-        reconfigure_soon: Callable[[], None],
-        beat_now: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, runtime: Runtime, probe: BacklogProbe, reconfigure_soon: Callable[[], None]) -> None:
         self.runtime = runtime
         self.probe = probe
         self.reconfigure_soon = reconfigure_soon  # the queue settings changed: re-read them now
-        # LISTEN (re)established: a heartbeat at once finds the running jobs cancelled while no
-        # LISTEN was in place (their NOTIFY is lost), as the probe's look finds the missed jobs.
-        self.beat_now = beat_now
         self.listening = False
 
     async def run(self) -> None:
@@ -218,7 +209,6 @@ class Listener:
                     self.listening = True
                     backoff.reset()
                     self.probe.look_now()  # we may have missed notifications: look at every queue
-                    self.beat_now()  # ... and cancels of running jobs: the beat finds them
                     await self._receive(conn)
             except LISTEN_LOST as exc:
                 self.listening = False

@@ -113,8 +113,8 @@ class Worker:
         self.control = Control(runtime, on_drain=self._drain_requested)
         self.reconfigurer = Reconfigurer(runtime, control=self.control)
         self.probe = BacklogProbe(runtime)
+        self.listener = Listener(runtime, self.probe, self.reconfigurer.soon)
         self.heartbeat = Heartbeat(runtime)
-        self.listener = Listener(runtime, self.probe, self.reconfigurer.soon, self.heartbeat.beat_now)
         self.snapshots = SnapshotWriter(runtime, self.flags)
         self._owns_process = False  # signal handlers installed: this worker is the process
         self._tasks: dict[str, asyncio.Task[Any]] = {}
