@@ -24,7 +24,12 @@ the connection drops; the rescue then runs the job again on a clean slate. Kille
 is completed and nothing runs again. That is the exactly-once of the handler's database writes.
 
 Cost: the completion is one statement on the connection the handler already holds, committed by
-the handler's own COMMIT: no other connection, no other commit. Used by ``Executor`` (the worker's
+the handler's own COMMIT: no other connection, no other commit. An attempt whose handler sent
+nothing to the jobs' database (no statement, so no transaction began: an early return, a cache
+hit) and registered no ``on_commit`` callback has nothing to commit with its completion: its
+transaction is left empty and its completion goes to the usual writer, batched as a plain
+attempt's (``settled`` None), so such an attempt costs what a plain one does. Whether anything was
+sent is the connection's own transaction status (libpq's, no round trip). Used by ``Executor`` (the worker's
 thread pool) and ``InlineExecutor`` (immediate mode, ``run_jobs``), the one home of the rule.
 """
 
@@ -37,6 +42,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
+from psycopg.pq import TransactionStatus
 
 from awa_django.context import ATOMIC_ENTRY_KEY as ATOMIC_ENTRY_KEY
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
@@ -105,6 +111,8 @@ def run_atomic(
                     "(transaction.set_rollback(True)), and an atomic handler's completion commits only with "
                     "its writes; raise an exception to roll back and retry, or raise awa_django.Cancel to stop"
                 )
+            if _untouched(alias):
+                return outcome  # nothing to commit with it: the usual writer's, as a plain attempt's
             context.finishing = True  # the heartbeat leaves the row alone from here
             if not write_outcome(alias, job, outcome, context.progress_json):
                 raise _Refused
@@ -125,6 +133,19 @@ def run_atomic(
             job.attempt,
         )
     return replace(outcome, settled=True)
+
+
+def _untouched(alias: str) -> bool:
+    """Inside run_atomic's block: the handler sent nothing on the jobs' connection (no transaction
+    began: Django's outermost atomic() only turns autocommit off, and the first statement sends
+    BEGIN) and registered no on_commit callback beside run_atomic's own. Inside an outer
+    transaction (a test's, immediate mode within one) the block is a savepoint, sent at once, so
+    this is False there and the completion is written in the transaction as always."""
+    connection = transaction.get_connection(alias)
+    raw = connection.connection
+    return (
+        raw is not None and raw.info.transaction_status == TransactionStatus.IDLE and len(connection.run_on_commit) == 1
+    )
 
 
 def write_outcome(alias: str, job: ClaimedJob, outcome: Outcome, progress: str | None) -> bool:
