@@ -95,6 +95,26 @@ def minute_row(conn: Any, minute: float) -> tuple[int, float, float]:
     return int(row[0]), float(row[1] or 0.0), float(row[2] or 0.0)
 
 
+def around(conn: Any, moment: float, before: int = 5, after: int = 20) -> list[tuple[int, int, float, float]]:
+    """Per second from ``before`` s before ``moment`` (epoch seconds, a kill) to ``after`` s after it,
+    by the jobs' enqueue second (``run_at``): (offset s, jobs, pickup p50 ms, pickup p99 ms). Where a
+    kill's delays come from: a step of a second or two (a new worker's start-up taking the cores)
+    reads differently from a slope that lasts a heartbeat's staleness (the dead worker's jobs)."""
+    rows = conn.execute(
+        """
+        SELECT floor(extract(epoch FROM run_at) - %(at)s)::int AS s, count(*),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at) * 1000),
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - run_at) * 1000)
+        FROM awa_job_done
+        WHERE state = 'completed' AND queue = %(q)s
+          AND run_at >= to_timestamp(%(at)s - %(before)s) AND run_at < to_timestamp(%(at)s + %(after)s)
+        GROUP BY 1 ORDER BY 1
+        """,
+        {"q": QUEUE, "at": moment, "before": before, "after": after},
+    ).fetchall()
+    return [(int(s), int(n), float(p50), float(p99)) for s, n, p50, p99 in rows]
+
+
 def sizes(conn: Any) -> tuple[float, float, int]:
     """MB of the hot table (with its indexes), of awa_job_done's partitions (with theirs), and how
     many range partitions exist."""
@@ -120,6 +140,13 @@ def main() -> None:
         type=int,
         default=2,
         help="awa_worker processes (default 2): each kill takes the longest-running one, the others serve on",
+    )
+    parser.add_argument(
+        "--restart-after",
+        type=float,
+        default=0.0,
+        help="seconds from a kill to its replacement's start (default 0: at once); the per-second "
+        "breakdown is then printed around each start too, to tell the kill's cost from the start-up's",
     )
     args = parser.parse_args()
     setup()
@@ -151,6 +178,7 @@ def main() -> None:
     workers = [start_worker() for _ in range(args.workers)]
     wait_for_workers(workers)  # the first minute measures serving, not the workers' start-up
     kills = 0
+    killed_at: list[float] = []  # epoch seconds of each SIGKILL (and, negated, of each delayed start)
     producer = threading.Thread(target=produce, name="producer")
     started = time.time()
     first_minute = int(started) // 60 * 60  # the minute the run starts in (a part of it)
@@ -163,6 +191,7 @@ def main() -> None:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     counted = 0
     next_kill = time.monotonic() + args.kill_every
+    restart_at: float | None = None  # when the killed worker's replacement starts
     minute = first_minute
     end = started + args.minutes * 60
     drained_at: float | None = None
@@ -172,13 +201,27 @@ def main() -> None:
             if time.monotonic() >= next_kill and now < end:
                 oldest = workers.pop(0)
                 oldest.send_signal(signal.SIGKILL)
+                killed_at.append(time.time())
                 oldest.wait()
                 kills += 1
-                workers.append(start_worker())
+                restart_at = time.monotonic() + args.restart_after
                 next_kill += args.kill_every
+            if restart_at is not None and time.monotonic() >= restart_at:
+                workers.append(start_worker())
+                restart_at = None
+                if args.restart_after:
+                    killed_at.append(-time.time())  # read around the start too (negative: a start)
             if now >= end and not stop.is_set():
                 stop.set()
                 producer.join()
+            for at in [k for k in killed_at if now >= abs(k) + 30]:  # its seconds are done: read them
+                killed_at.remove(at)
+                what = "kill" if at > 0 else "start"
+                seconds = ", ".join(f"{s:+d}: {n}, {p50:.1f}/{p99:.1f}" for s, n, p50, p99 in around(conn, abs(at)))
+                print(
+                    f"{what} at +{abs(at) - started:.0f} s, by enqueue second (s: jobs, p50/p99 ms): {seconds}",
+                    flush=True,
+                )
             if now >= minute + 70:  # the minute closed 10 s ago: its completions are written
                 done, p50, p99 = minute_row(conn, minute)
                 counted += done
