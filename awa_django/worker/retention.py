@@ -7,9 +7,15 @@ by ``finalized_at``. ``prune``, the leader's retention duty, keeps each branch's
 - **ahead**: the range partitions from the current one to ``AHEAD`` widths past now exist, so a
   finishing job lands in its own partition, never in the branch's DEFAULT one;
 - **drop**: a partition whose upper bound is older than its branch's retention is dropped whole,
-  in a transaction of its own under a short ``lock_timeout`` (a DROP takes its branch's ACCESS
-  EXCLUSIVE lock: held for milliseconds, and given up, to be tried again next sweep, rather than
-  queue finishing jobs behind a long console query);
+  in a transaction of its own (a DROP takes its branch's ACCESS EXCLUSIVE lock, held for
+  milliseconds);
+- **never a queue behind a DDL**: a create or a drop takes its ACCESS EXCLUSIVE locks first, with
+  ``NOWAIT`` (``_exclusive``), and when one is held elsewhere (a long console query, the leader's
+  own rollup round, a batch of completions) it tries again a little later, up to ``LOCK_TRIES``
+  times, then gives up until the next sweep. A lock request that waited (``lock_timeout``, as until
+  2026-12-05) would sit at the head of the branch's lock queue, and every completion's INSERT
+  would queue behind it for as long as it waited: a soak at 5,000 jobs/s read a pickup p99 of 36 ms
+  in a minute where three such waits of 200 ms ran out (bench/README.md, "Soak");
 - **sweep**: what partitions cannot hold is deleted in bounded batches, by index: the finished
   rows still in the hot table (unique jobs keeping their key past their end, jobs finished before
   migration 0023) and the DEFAULT partitions.
@@ -29,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -43,6 +50,8 @@ from awa_django.states import JobState
 from awa_django.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = [
     "AHEAD",
@@ -63,7 +72,11 @@ BATCH = 1000
 # Partition widths, widest first: a branch's width is the widest not longer than its retention.
 WIDTHS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=10), timedelta(minutes=1))
 AHEAD = 2  # range partitions exist this many widths past now
-# A DROP or ATTACH waits at most this long for its lock, then gives up until the next sweep.
+# A create or a drop tries for its ACCESS EXCLUSIVE locks this many times (NOWAIT: never queued),
+# a jittered pause of up to LOCK_PAUSE seconds apart, then gives up until the next sweep.
+LOCK_TRIES = 20
+LOCK_PAUSE = 0.05
+# Any other lock its statements need (a workflow edge's row) is waited for at most this long.
 LOCK_TIMEOUT = "200ms"
 # The rows a new partition takes over from its branch's DEFAULT partition at most; with more, the
 # range is left to the default (swept by batches) and the next range is created instead.
@@ -173,55 +186,88 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
     table = sql.Identifier(branch.table)
     default = sql.Identifier(f"{branch.table}_default")
     partition = sql.Identifier(name)
+
+    # The branch first, then its default, ACCESS EXCLUSIVE (for milliseconds; see _exclusive):
+    # - an insert routed to the default partition before the range existed, that then waited for
+    #   the default's lock, would fail the partition constraint once the range is attached: with
+    #   the branch locked, inserts wait before their routing;
+    # - a reader plans with the partitions it sees (ATTACH alone lets readers go on), then takes
+    #   its snapshot: planned before this commits and reading after, it would scan the default
+    #   without the rows moved out of it, and not the new partition holding them, nor the jobs
+    #   finished into it since (a fresh-clone CI run saw a completed job not found by id). With
+    #   the branch locked, readers plan after the commit.
+    async def create() -> bool:
+        cursor = await conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE finalized_at >= %s AND finalized_at < %s LIMIT %s) r"
+            ).format(default),
+            (lower, upper, MOVE_FROM_DEFAULT_MAX + 1),
+        )
+        row = await cursor.fetchone()
+        if row is not None and row[0] > MOVE_FROM_DEFAULT_MAX:
+            logger.warning(
+                "retention: %s already holds over %d jobs finished in [%s, %s); that range stays in it",
+                f"{branch.table}_default",
+                MOVE_FROM_DEFAULT_MAX,
+                lower.isoformat(),
+                upper.isoformat(),
+            )
+            return False
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(partition, table)
+        )
+        await conn.execute(
+            sql.SQL(
+                "WITH moved AS (DELETE FROM {} WHERE finalized_at >= %s AND finalized_at < %s RETURNING *) "
+                "INSERT INTO {} SELECT * FROM moved"
+            ).format(default, partition),
+            (lower, upper),
+        )
+        await conn.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+                table, partition, sql.Literal(lower), sql.Literal(upper)
+            )
+        )
+        return True
+
     try:
-        async with conn.transaction():
-            await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-            # The branch first, ACCESS EXCLUSIVE (for milliseconds, or given up at the timeout):
-            # - an insert routed to the default partition before the range existed, that then
-            #   waited for the default's lock, would fail the partition constraint once the range
-            #   is attached: with the branch locked, inserts wait before their routing;
-            # - a reader plans with the partitions it sees (ATTACH alone lets readers go on), then
-            #   takes its snapshot: planned before this commits and reading after, it would scan
-            #   the default without the rows moved out of it, and not the new partition holding
-            #   them, nor the jobs finished into it since (a fresh-clone CI run saw a completed
-            #   job not found by id). With the branch locked, readers plan after the commit.
-            await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
-            await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(default))
-            cursor = await conn.execute(
-                sql.SQL(
-                    "SELECT count(*) FROM (SELECT 1 FROM {} WHERE finalized_at >= %s AND finalized_at < %s LIMIT %s) r"
-                ).format(default),
-                (lower, upper, MOVE_FROM_DEFAULT_MAX + 1),
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] > MOVE_FROM_DEFAULT_MAX:
-                logger.warning(
-                    "retention: %s already holds over %d jobs finished in [%s, %s); that range stays in it",
-                    f"{branch.table}_default",
-                    MOVE_FROM_DEFAULT_MAX,
-                    lower.isoformat(),
-                    upper.isoformat(),
-                )
-                return False
-            await conn.execute(
-                sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(partition, table)
-            )
-            await conn.execute(
-                sql.SQL(
-                    "WITH moved AS (DELETE FROM {} WHERE finalized_at >= %s AND finalized_at < %s RETURNING *) "
-                    "INSERT INTO {} SELECT * FROM moved"
-                ).format(default, partition),
-                (lower, upper),
-            )
-            await conn.execute(
-                sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
-                    table, partition, sql.Literal(lower), sql.Literal(upper)
-                )
-            )
+        created = await _exclusive(conn, (table, default), create)
     except psycopg.errors.LockNotAvailable:
         logger.info("retention: %s not created this sweep: its locks were busy", name)
         return False
-    return True
+    return created
+
+
+async def _exclusive(
+    conn: psycopg.AsyncConnection[Any], tables: Sequence[sql.Identifier], body: Callable[[], Awaitable[T]]
+) -> T:
+    """``body()`` in a transaction that first takes ACCESS EXCLUSIVE on ``tables``, in that order,
+    each with NOWAIT; when one is held elsewhere, the transaction ends and the whole is tried again
+    after a jittered pause, ``LOCK_TRIES`` times, then LockNotAvailable propagates.
+
+    NOWAIT, not a lock_timeout: a request that waits goes to the head of the table's lock queue,
+    and every later request that conflicts with it queues behind it, even one that does not
+    conflict with the holder. For a branch of awa_job_done that is every completion's INSERT
+    (ROW EXCLUSIVE): they would all wait for as long as the DDL waited. A NOWAIT request is
+    granted at once or refused at once, so nobody ever waits for one that is not granted."""
+    locks = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(sql.SQL(", ").join(tables))
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+                await conn.execute(locks)
+                return await body()
+        except psycopg.errors.LockNotAvailable:
+            if attempt == LOCK_TRIES:
+                raise
+        await asyncio.sleep(_pause())
+    raise AssertionError("unreachable")  # the last try returned or raised
+
+
+def _pause() -> float:
+    """Seconds between two tries for a DDL's locks: jittered, so two leaders' tries (an old one
+    finishing its sweep, a new one starting) do not keep meeting."""
+    return random.uniform(0.2, 1.0) * LOCK_PAUSE
 
 
 async def ensure_partitions(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> list[str]:
@@ -245,19 +291,22 @@ async def _drop(conn: psycopg.AsyncConnection[Any], partition: Partition) -> flo
         sql.SQL("SELECT DISTINCT workflow_id FROM {} WHERE workflow_id IS NOT NULL").format(table)
     )
     workflows = [row[0] for row in await cursor.fetchall()]
-    started = time.monotonic()
+
+    async def drop() -> float:
+        started = time.monotonic()  # the locks are held from here (the try that got them)
+        if workflows:
+            await conn.execute(
+                sql.SQL(
+                    "DELETE FROM awa_job_edge AS e USING {} AS j "
+                    "WHERE j.workflow_id IS NOT NULL AND e.downstream_id = j.id"
+                ).format(table)
+            )
+        await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+        return time.monotonic() - started
+
     try:
-        async with conn.transaction():
-            await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-            if workflows:
-                await conn.execute(
-                    sql.SQL(
-                        "DELETE FROM awa_job_edge AS e USING {} AS j "
-                        "WHERE j.workflow_id IS NOT NULL AND e.downstream_id = j.id"
-                    ).format(table)
-                )
-            await conn.execute(sql.SQL("DROP TABLE {}").format(table))
-            held = time.monotonic() - started
+        # DROP TABLE of a partition takes its branch's ACCESS EXCLUSIVE lock, then its own.
+        held = await _exclusive(conn, (sql.Identifier(partition.branch), table), drop)
     except psycopg.errors.LockNotAvailable:
         logger.info("retention: %s not dropped this sweep: its branch's lock was busy", partition.name)
         return None

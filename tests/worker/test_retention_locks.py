@@ -1,0 +1,136 @@
+"""Retention's DDL never makes a completion wait (issue 43).
+
+A partition's create or drop takes its branch's ACCESS EXCLUSIVE lock. A lock request that waits
+sits at the head of the branch's lock queue, and every completion (an INSERT into the branch, ROW
+EXCLUSIVE) queues behind it while it waits. So the retention asks with NOWAIT and tries again
+later (``retention._exclusive``): while another session holds the branch (a console query, the
+leader's rollup round), the drop keeps retrying, no lock request on the branch is ever left
+waiting, completions go on, and the drop happens once the holder lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from awa_django.models import Job, JobState
+from awa_django.worker import retention
+from awa_django.worker.db import connect
+from awa_django.worker.retention import floor_to
+from tests.harness import drop_range_partitions, make_config, wait_until
+
+
+def run(coroutine_function: Any, *args: Any) -> Any:
+    async def main() -> Any:
+        conn = await connect("default", purpose="test")
+        try:
+            return await coroutine_function(conn, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
+
+
+def waiting_locks(tables: list[str]) -> list[tuple[str, str, int]]:
+    """Lock requests on ``tables`` not granted (yet): (table, mode, pid)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relation::regclass::text, mode, pid FROM pg_locks"
+            " WHERE NOT granted AND relation = ANY(%s::regclass[])",
+            [tables],
+        )
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drop__branch_held_by_a_reader__retries_without_a_waiting_lock_completions_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drop_range_partitions()
+    config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
+    branch = retention.BRANCHES[0]
+    old_lower = floor_to(datetime.now(UTC), timedelta(hours=1)) - timedelta(hours=3)
+
+    async def old_partition(conn: Any) -> bool:
+        return await retention._create(conn, branch, old_lower, old_lower + timedelta(hours=1))
+
+    assert run(old_partition)
+    old_name = retention.partition_name(branch, old_lower)
+    Job.objects.create(kind="noop", state=JobState.COMPLETED, finalized_at=old_lower + timedelta(minutes=5))
+
+    tries: list[int] = []
+
+    def pause() -> float:  # each failed try for the locks pauses once
+        tries.append(1)
+        return 0.005
+
+    monkeypatch.setattr(retention, "LOCK_TRIES", 100_000)  # it keeps trying until the reader lets go
+    monkeypatch.setattr(retention, "_pause", pause)
+
+    settings = connection.settings_dict
+    reader = psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        host=settings["HOST"],
+        port=settings["PORT"] or None,
+    )
+    dropped: list[list[str]] = []
+    try:
+        # A long reader of the branch: ACCESS SHARE on it and its partitions until it ends.
+        reader.execute("SELECT count(*) FROM awa_job_done_completed")
+        worker = threading.Thread(target=lambda: dropped.append(run(retention.drop_expired, config)))
+        worker.start()
+        seen_waiting: list[tuple[str, str, int]] = []
+        completed: list[int] = []
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a completion queued behind the DDL fails here
+
+        def retried_while_completing() -> bool:
+            seen_waiting.extend(waiting_locks([branch.table, old_name]))
+            completed.append(Job.objects.create(kind="noop", state=JobState.COMPLETED).pk)
+            return len(tries) >= 20
+
+        wait_until(retried_while_completing, timeout=60, what="twenty tries for the drop's locks")
+        assert dropped == [], "dropped while the reader held the branch"
+        reader.rollback()  # the reader lets go: the next try takes the locks
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    finally:
+        reader.close()
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+
+    assert seen_waiting == []
+    assert dropped == [[old_name]]
+    assert Job.objects.filter(pk__in=completed, state=JobState.COMPLETED).count() == len(completed)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [old_name])
+        assert cursor.fetchone()[0] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_create__branch_held_the_whole_sweep__given_up_until_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    drop_range_partitions()
+    config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
+    monkeypatch.setattr(retention, "LOCK_TRIES", 3)
+    monkeypatch.setattr(retention, "_pause", lambda: 0.0)
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        host=settings["HOST"],
+        port=settings["PORT"] or None,
+    ) as reader:
+        reader.execute("SELECT count(*) FROM awa_job_done_failed")
+        created = run(retention.ensure_partitions, config)
+        assert created and all(name.startswith("awa_job_done_c_") for name in created)  # the free branch only
+        reader.rollback()
+    assert any(name.startswith("awa_job_done_f_") for name in run(retention.ensure_partitions, config))
