@@ -3,13 +3,17 @@
     python bench/atomic.py                          # 10,000 jobs, 5 alternated pairs
     python bench/atomic.py --jobs 20000 --reps 3 --conn-max-age 0
     python bench/atomic.py --handler touch          # handlers that write one row each
+    python bench/atomic.py --handler look           # handlers that read once and write nothing
 
 Each repetition drains N ``noop_sync`` jobs (a ``def`` handler doing nothing: the worker's thread
 pool, its completion in the batch writer's next round trip) and N ``noop_atomic`` jobs (the same,
-with ``atomic=True``: ``transaction.atomic()`` on the thread's Django connection, the completion
-written inside it, one COMMIT per job), in alternating order (plain first on odd repetitions),
-or, with ``--handler touch``, ``touch_sync`` against ``touch_atomic`` (each writes one row: the plain
-one commits it on its own, the atomic one with its completion),
+with ``atomic=True``: ``transaction.atomic()`` on the thread's Django connection; it sends nothing,
+so no transaction begins and its completion goes to the batch writer as the plain one's), in
+alternating order (plain first on odd repetitions), or, with ``--handler touch``, ``touch_sync``
+against ``touch_atomic`` (each writes one row: the plain one commits it on its own, the atomic one
+with its completion, written in its transaction, one COMMIT per job), or, with ``--handler look``,
+``look_sync`` against ``look_atomic`` (each reads once and writes nothing: the atomic one's read
+begins its transaction, so its completion is written in it, the path's cost without a write),
 each with one ``manage.py awa_worker -q bench`` started for it, on an emptied, vacuumed table.
 
 Printed per repetition and as medians: the rate over the database's own span (first claim to last
@@ -44,10 +48,11 @@ from bench.floor import connect, cpu_seconds, server_cpu_seconds, setup  # noqa:
 
 DB_NAME = "awa_bench_atomic"
 QUEUE = "bench"
-# testproject/demo/jobs.py: a handler doing nothing, and one writing one row (an Execution).
+# testproject/demo/jobs.py: a handler doing nothing, one writing one row (an Execution), one reading once.
 HANDLERS = {
     "noop": {"plain": "noop_sync", "atomic": "noop_atomic"},
     "touch": {"plain": "touch_sync", "atomic": "touch_atomic"},
+    "look": {"plain": "look_sync", "atomic": "look_atomic"},
 }
 WORKER_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "awa_bench_atomic_worker.log"
 AS_WORKER = "--as-worker"
@@ -152,7 +157,10 @@ def main() -> None:
     parser.add_argument("--conn-max-age", type=int, default=600, help="the worker's CONN_MAX_AGE (seconds)")
     parser.add_argument("--sync-threads", type=int, help="the worker's AWA['SYNC_THREADS'] (default: its default, 10)")
     parser.add_argument(
-        "--handler", choices=sorted(HANDLERS), default="noop", help="noop: does nothing; touch: writes one row"
+        "--handler",
+        choices=sorted(HANDLERS),
+        default="noop",
+        help="noop: does nothing; touch: writes one row; look: reads once, writes nothing",
     )
     args = parser.parse_args()
     setup(DB_NAME)

@@ -87,8 +87,8 @@ DATABASES["default"].setdefault("TEST", {})["NAME"] = env("AWA_TEST_DB", default
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # awa.W011 (atomic handlers on a database with CONN_MAX_AGE 0): the demo's atomic kinds
-# (count_atomic, noop_atomic, touch_atomic) are run by the tests and benches that need them, which
-# set the connection lifetime they measure; the demo keeps Django's default of 0.
+# (count_atomic, noop_atomic, touch_atomic, look_atomic) are run by the tests and benches that need
+# them, which set the connection lifetime they measure; the demo keeps Django's default of 0.
 SILENCED_SYSTEM_CHECKS = ["awa.W011"]
 
 USE_TZ = True

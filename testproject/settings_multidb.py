@@ -18,7 +18,7 @@ DATABASES = {
 DATABASE_ROUTERS = ["awa_django.routers.AwaRouter"]
 AWA = {"DATABASE_ALIAS": "jobs"}
 
-# awa.W010 says that the demo's atomic handlers (count_atomic, noop_atomic, touch_atomic) would commit
-# writes to models on 'default' (SQLite here) on their own, and awa.W011 that they would connect per
+# awa.W010 says that the demo's atomic handlers (count_atomic, noop_atomic, touch_atomic, look_atomic) would
+# commit writes to models on 'default' (SQLite here) on their own, and awa.W011 that they would connect per
 # attempt (CONN_MAX_AGE 0): this project runs none of them, so both are silenced.
 SILENCED_SYSTEM_CHECKS = ["awa.W010", "awa.W011"]

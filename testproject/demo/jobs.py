@@ -1,7 +1,7 @@
 """Demo job kinds, registered under the exact names ``noop``, ``stamp``, ``sleep``, ``spin``,
 ``fail``, ``record``, ``count_atomic``, ``count_plain``, ``noop_sync``, ``noop_atomic``,
-``touch_sync``, ``touch_atomic`` and ``send_welcome``, and one periodic job, ``demo_tick``
-(``demo_wf_node`` and ``demo_durable_effects`` are in the modules imported below)."""
+``touch_sync``, ``touch_atomic``, ``look_sync``, ``look_atomic`` and ``send_welcome``, and one
+periodic job, ``demo_tick`` (``demo_wf_node`` and ``demo_durable_effects`` are in the modules imported below)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def noop_sync() -> None:
 
 @job("noop_atomic", atomic=True)
 def noop_atomic() -> None:
-    """Does nothing, atomically: its completion is written in its own transaction (bench/atomic.py)."""
+    """Does nothing, atomically: it sends nothing, so its completion goes to the usual writer (bench/atomic.py)."""
 
 
 def _touch(context: JobContext) -> None:
@@ -123,6 +123,22 @@ def touch_sync(context: JobContext) -> None:
 def touch_atomic(context: JobContext) -> None:
     """``touch_sync``, atomically: the row commits with the completion (bench/atomic.py)."""
     _touch(context)
+
+
+def _look(context: JobContext) -> None:
+    Execution.objects.filter(job_id=context.job_id).exists()
+
+
+@job("look_sync", takes_context=True)
+def look_sync(context: JobContext) -> None:
+    """Reads once and writes nothing (an "already done?" check), as a ``def`` handler (bench/atomic.py)."""
+    _look(context)
+
+
+@job("look_atomic", takes_context=True, atomic=True)
+def look_atomic(context: JobContext) -> None:
+    """``look_sync``, atomically: its read began a transaction, so its completion is written in it."""
+    _look(context)
 
 
 @job("send_welcome", queue="emails", max_attempts=5)
