@@ -64,6 +64,10 @@ class Maintenance:
         self._rescue_at = -math.inf  # the first round rescues
         self.rounds = 0
         # Started when this worker gains the leadership, stopped when it loses it (module docstring).
+        # The retention's creates and drops and the history's rounds take turns: a round reads the
+        # branches of awa_job_done for seconds at a high job rate, and a DDL trying for a branch's
+        # lock meanwhile would only be refused (retention._exclusive) until the next sweep.
+        self.storage_turn = asyncio.Lock()
         self.retention = Duty("retention", runtime, self._sweep, leading=self._leading, period=RETENTION_EVERY)
         self.history = Duty("history", runtime, self._roll_up, leading=self._leading, period=defaults.HISTORY_EVERY)
         self.cluster = ClusterLeader(runtime)
@@ -211,7 +215,7 @@ class Maintenance:
     async def _sweep(self, conn: psycopg.AsyncConnection[Any]) -> float:
         """The retention duty's step: finished jobs past their retention, then stale snapshots."""
         config = self.runtime.config
-        deleted = await prune(conn, config)
+        deleted = await prune(conn, config, turn=self.storage_turn)
         if deleted:
             logger.debug("retention deleted %d finished job(s)", deleted)
         if self._leading():
@@ -226,8 +230,9 @@ class Maintenance:
         round recomputes the open minutes whole, so under load it re-reads their finished jobs a
         few times): at most a twentieth of a connection's time. A round that stopped short of the
         current minute (a new leader catching up) is followed at once."""
-        started = time.monotonic()
-        bounds = await roll_up_history(conn)
+        async with self.storage_turn:
+            started = time.monotonic()
+            bounds = await roll_up_history(conn)
         if bounds.catching_up:
             return 0.0
         return max(defaults.HISTORY_EVERY, defaults.HISTORY_COST_FACTOR * (time.monotonic() - started))

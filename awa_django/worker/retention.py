@@ -34,6 +34,7 @@ plus one width, and a branch has about retention / width + ``AHEAD`` partitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -392,11 +393,14 @@ async def sweep_steps(
     return deleted
 
 
-async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig) -> int:
+async def prune(conn: psycopg.AsyncConnection[Any], config: WorkerConfig, *, turn: asyncio.Lock | None = None) -> int:
     """One retention sweep: partitions ahead, expired partitions dropped, leftovers swept, then the
     records of durable jobs that are gone. Returns the rows the sweep deleted (a dropped
-    partition's rows are not counted: they are not read)."""
-    await ensure_partitions(conn, config)
-    await drop_expired(conn, config)
+    partition's rows are not counted: they are not read). ``turn``: held while creating and
+    dropping (the leader's rollup rounds take it too, so its own reads never hold a branch the
+    DDL tries for)."""
+    async with turn if turn is not None else contextlib.nullcontext():
+        await ensure_partitions(conn, config)
+        await drop_expired(conn, config)
     deleted = await sweep(conn, config)
     return deleted + await sweep_steps(conn, _STEP_CURSOR)

@@ -134,3 +134,39 @@ def test_create__branch_held_the_whole_sweep__given_up_until_the_next(monkeypatc
         assert created and all(name.startswith("awa_job_done_c_") for name in created)  # the free branch only
         reader.rollback()
     assert any(name.startswith("awa_job_done_f_") for name in run(retention.ensure_partitions, config))
+
+
+def test_prune__creates_and_drops_wait_while_a_rollup_round_holds_the_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's rollup round and its retention's DDL take turns (``Maintenance.storage_turn``):
+    the round reads the branches, and a DDL trying meanwhile would only be refused."""
+    events: list[str] = []
+
+    async def ddl(conn: Any, config: Any) -> list[str]:
+        events.append("ddl")
+        return []
+
+    async def rows(*args: Any) -> int:
+        return 0
+
+    monkeypatch.setattr(retention, "ensure_partitions", ddl)
+    monkeypatch.setattr(retention, "drop_expired", ddl)
+    monkeypatch.setattr(retention, "sweep", rows)
+    monkeypatch.setattr(retention, "sweep_steps", rows)
+
+    async def main() -> None:
+        turn = asyncio.Lock()
+
+        async def round_() -> None:
+            async with turn:
+                events.append("round begins")
+                for _ in range(10):  # the round's statements: the loop runs other tasks meanwhile
+                    await asyncio.sleep(0)
+                events.append("round ends")
+
+        rolling = asyncio.create_task(round_())
+        await asyncio.sleep(0)  # the round has the turn
+        await retention.prune(None, make_config(["default"]), turn=turn)  # type: ignore[arg-type]
+        await rolling
+
+    asyncio.run(main())
+    assert events == ["round begins", "round ends", "ddl", "ddl"]
