@@ -239,28 +239,44 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
     return created
 
 
+class _Busy(Exception):  # noqa: N818 (a signal between _exclusive's tries, never shown)
+    """A NOWAIT lock request of ``_exclusive`` was refused: someone holds one of its tables."""
+
+
 async def _exclusive(
     conn: psycopg.AsyncConnection[Any], tables: Sequence[sql.Identifier], body: Callable[[], Awaitable[T]]
 ) -> T:
-    """``body()`` in a transaction that first takes ACCESS EXCLUSIVE on ``tables``, in that order,
-    each with NOWAIT; when one is held elsewhere, the transaction ends and the whole is tried again
-    after a jittered pause, ``LOCK_TRIES`` times, then LockNotAvailable propagates.
+    """``body()`` in a transaction that first takes ACCESS EXCLUSIVE on ``tables`` alone (``ONLY``:
+    not their partitions), in that order, each with NOWAIT. When one is held elsewhere the
+    transaction ends and the whole is tried again after a jittered pause, ``LOCK_TRIES`` times,
+    then LockNotAvailable propagates. A lock that a statement of ``body`` waits for in vain (the
+    transaction's ``lock_timeout``) propagates at once: only the NOWAIT requests are retried, since
+    a retry would hold the branch again while that statement waited.
 
     NOWAIT, not a lock_timeout: a request that waits goes to the head of the table's lock queue,
     and every later request that conflicts with it queues behind it, even one that does not
     conflict with the holder. For a branch of awa_job_done that is every completion's INSERT
     (ROW EXCLUSIVE): they would all wait for as long as the DDL waited. A NOWAIT request is
-    granted at once or refused at once, so nobody ever waits for one that is not granted."""
-    locks = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(sql.SQL(", ").join(tables))
+    granted at once or refused at once, so nobody ever waits for one that is not granted.
+    ``ONLY``: inserts and readers lock the branch before its partitions, so the branch alone
+    orders them after the DDL; locking its partitions too would be refused whenever any of them
+    is busy (an autovacuum of the current one, which a NOWAIT request does not make yield)."""
+    locks = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(
+        sql.SQL(", ").join(sql.SQL("ONLY {}").format(table) for table in tables)
+    )
     for attempt in range(1, LOCK_TRIES + 1):
         try:
             async with conn.transaction():
                 await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-                await conn.execute(locks)
+                try:
+                    await conn.execute(locks)
+                except psycopg.errors.LockNotAvailable as refused:
+                    raise _Busy from refused
                 return await body()
-        except psycopg.errors.LockNotAvailable:
+        except _Busy as busy:
             if attempt == LOCK_TRIES:
-                raise
+                assert isinstance(busy.__cause__, psycopg.errors.LockNotAvailable)
+                raise busy.__cause__ from None
         await asyncio.sleep(_pause())
     raise AssertionError("unreachable")  # the last try returned or raised
 
@@ -306,8 +322,10 @@ async def _drop(conn: psycopg.AsyncConnection[Any], partition: Partition) -> flo
         return time.monotonic() - started
 
     try:
-        # DROP TABLE of a partition takes its branch's ACCESS EXCLUSIVE lock, then its own.
-        held = await _exclusive(conn, (sql.Identifier(partition.branch), table), drop)
+        # DROP TABLE of a range partition takes ACCESS EXCLUSIVE on its branch, on itself and on
+        # the branch's DEFAULT partition (whose implicit bounds change).
+        default = sql.Identifier(f"{partition.branch}_default")
+        held = await _exclusive(conn, (sql.Identifier(partition.branch), default, table), drop)
     except psycopg.errors.LockNotAvailable:
         logger.info("retention: %s not dropped this sweep: its branch's lock was busy", partition.name)
         return None

@@ -19,10 +19,12 @@ import psycopg
 import pytest
 from django.db import connection
 
-from awa_django.models import Job, JobState
+from awa_django.models import Job, JobEdge, JobState
+from awa_django.models import Workflow as WorkflowRow
 from awa_django.worker import retention
 from awa_django.worker.db import connect
 from awa_django.worker.retention import floor_to
+from tests.conftest import connection_params
 from tests.harness import drop_range_partitions, make_config, wait_until
 
 
@@ -73,19 +75,12 @@ def test_drop__branch_held_by_a_reader__retries_without_a_waiting_lock_completio
     monkeypatch.setattr(retention, "LOCK_TRIES", 100_000)  # it keeps trying until the reader lets go
     monkeypatch.setattr(retention, "_pause", pause)
 
-    settings = connection.settings_dict
-    reader = psycopg.connect(
-        dbname=settings["NAME"],
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        host=settings["HOST"],
-        port=settings["PORT"] or None,
-    )
+    reader = psycopg.connect(**connection_params())
     dropped: list[list[str]] = []
     try:
         # A long reader of the branch: ACCESS SHARE on it and its partitions until it ends.
         reader.execute("SELECT count(*) FROM awa_job_done_completed")
-        worker = threading.Thread(target=lambda: dropped.append(run(retention.drop_expired, config)))
+        worker = threading.Thread(target=lambda: dropped.append(run(retention.drop_expired, config)), daemon=True)
         worker.start()
         seen_waiting: list[tuple[str, str, int]] = []
         completed: list[int] = []
@@ -121,14 +116,7 @@ def test_create__branch_held_the_whole_sweep__given_up_until_the_next(monkeypatc
     config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
     monkeypatch.setattr(retention, "LOCK_TRIES", 3)
     monkeypatch.setattr(retention, "_pause", lambda: 0.0)
-    settings = connection.settings_dict
-    with psycopg.connect(
-        dbname=settings["NAME"],
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        host=settings["HOST"],
-        port=settings["PORT"] or None,
-    ) as reader:
+    with psycopg.connect(**connection_params()) as reader:
         reader.execute("SELECT count(*) FROM awa_job_done_failed")
         created = run(retention.ensure_partitions, config)
         assert created and all(name.startswith("awa_job_done_c_") for name in created)  # the free branch only
@@ -170,3 +158,66 @@ def test_prune__creates_and_drops_wait_while_a_rollup_round_holds_the_turn(monke
 
     asyncio.run(main())
     assert events == ["round begins", "round ends", "ddl", "ddl"]
+
+
+def _old_partition(branch: retention.Branch) -> tuple[str, datetime]:
+    """A range partition of ``branch`` three hours old, past a one-hour retention; its name and lower bound."""
+    lower = floor_to(datetime.now(UTC), timedelta(hours=1)) - timedelta(hours=3)
+
+    async def create(conn: Any) -> bool:
+        return await retention._create(conn, branch, lower, lower + timedelta(hours=1))
+
+    assert run(create)
+    return retention.partition_name(branch, lower), lower
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drop__a_sibling_partition_busy__dropped_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the branch, its DEFAULT partition and the dropped one are locked (``ONLY``): a session
+    holding another partition of the branch in autovacuum's mode (SHARE UPDATE EXCLUSIVE, which a
+    NOWAIT request does not make yield) stops nothing."""
+    drop_range_partitions()
+    config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
+    branch = retention.BRANCHES[0]
+    run(retention.ensure_partitions, config)  # the current partitions
+    old_name, _ = _old_partition(branch)
+    current = retention.partition_name(branch, floor_to(datetime.now(UTC), timedelta(hours=1)))
+    monkeypatch.setattr(retention, "LOCK_TRIES", 2)
+    monkeypatch.setattr(retention, "_pause", lambda: 0.0)
+    with psycopg.connect(**connection_params()) as vacuum_like:
+        vacuum_like.execute(f'LOCK TABLE ONLY "{current}" IN SHARE UPDATE EXCLUSIVE MODE')  # a name from the catalog
+        assert run(retention.drop_expired, config) == [old_name]
+        vacuum_like.rollback()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drop__a_statement_after_the_locks_waits_in_vain__given_up_without_retrying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lock a statement of the drop waits for in vain (its workflow edges' rows, held by another
+    session) ends the drop for this sweep at once: a retry would hold the branch again, with
+    completions queued behind it, for another lock_timeout."""
+    drop_range_partitions()
+    config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
+    branch = retention.BRANCHES[0]
+    old_name, lower = _old_partition(branch)
+    workflow = WorkflowRow.objects.create(name="old")
+    up = Job.objects.create(kind="noop", state=JobState.COMPLETED, finalized_at=lower + timedelta(minutes=5))
+    down = Job.objects.create(
+        kind="noop", state=JobState.COMPLETED, workflow_id=workflow.pk, finalized_at=lower + timedelta(minutes=6)
+    )
+    JobEdge.objects.create(upstream_id=up.pk, downstream_id=down.pk, name="up")
+    tries: list[int] = []
+
+    def pause() -> float:
+        tries.append(1)
+        return 0.0
+
+    monkeypatch.setattr(retention, "_pause", pause)
+    with psycopg.connect(**connection_params()) as holder:
+        holder.execute("SELECT 1 FROM awa_job_edge WHERE downstream_id = %s FOR UPDATE", [down.pk])
+        assert run(retention.drop_expired, config) == []  # given up until the next sweep
+        holder.rollback()
+    assert tries == []  # not retried
+    assert run(retention.drop_expired, config) == [old_name]
+    assert not JobEdge.objects.filter(downstream_id=down.pk).exists()
