@@ -401,10 +401,12 @@ def main() -> None:
     results = time_pages(args.reps, args.only, args.hour)
     with floor.connect() as conn:
         present = [name for name in PROPOSED if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0]]
-    indexes = f"with the proposed {', '.join(present)}" if present else "as migrated"
+    # Built here (migration 0023 and later carry them); named so a run with --no-proposed-indexes reads apart.
+    indexes = f"with {', '.join(present)}" if present else "without the console's created_at and fair-key indexes"
     if args.schema:
         indexes += f", awa at {args.schema}"
-    print(f"\n{args.rows:,} jobs ({indexes}); {args.reps} timed requests per page after one warm-up; seconds:")
+    built = "the database as it was (--reuse)" if args.reuse else f"{args.rows:,} jobs"
+    print(f"\n{built} ({indexes}); {args.reps} timed requests per page after one warm-up; seconds:")
     for table, rows, size in sizes():
         print(f"  {table}: about {rows:,} rows, {size / 2**30:.2f} GB with its indexes")
     print("| page | status | median s | slowest s | SQL s (median) |")
