@@ -178,7 +178,7 @@ def main() -> None:
     workers = [start_worker() for _ in range(args.workers)]
     wait_for_workers(workers)  # the first minute measures serving, not the workers' start-up
     kills = 0
-    killed_at: list[float] = []  # epoch seconds of each SIGKILL (and, negated, of each delayed start)
+    moments: list[tuple[str, float]] = []  # ("kill" or "start", epoch seconds) whose seconds to print
     producer = threading.Thread(target=produce, name="producer")
     started = time.time()
     first_minute = int(started) // 60 * 60  # the minute the run starts in (a part of it)
@@ -201,7 +201,7 @@ def main() -> None:
             if time.monotonic() >= next_kill and now < end:
                 oldest = workers.pop(0)
                 oldest.send_signal(signal.SIGKILL)
-                killed_at.append(time.time())
+                moments.append(("kill", time.time()))
                 oldest.wait()
                 kills += 1
                 restart_at = time.monotonic() + args.restart_after
@@ -210,16 +210,15 @@ def main() -> None:
                 workers.append(start_worker())
                 restart_at = None
                 if args.restart_after:
-                    killed_at.append(-time.time())  # read around the start too (negative: a start)
+                    moments.append(("start", time.time()))  # read around the delayed start too
             if now >= end and not stop.is_set():
                 stop.set()
                 producer.join()
-            for at in [k for k in killed_at if now >= abs(k) + 30]:  # its seconds are done: read them
-                killed_at.remove(at)
-                what = "kill" if at > 0 else "start"
-                seconds = ", ".join(f"{s:+d}: {n}, {p50:.1f}/{p99:.1f}" for s, n, p50, p99 in around(conn, abs(at)))
+            for what, at in [m for m in moments if now >= m[1] + 30]:  # its seconds are done: read them
+                moments.remove((what, at))
+                seconds = ", ".join(f"{s:+d}: {n}, {p50:.1f}/{p99:.1f}" for s, n, p50, p99 in around(conn, at))
                 print(
-                    f"{what} at +{abs(at) - started:.0f} s, by enqueue second (s: jobs, p50/p99 ms): {seconds}",
+                    f"{what} at +{at - started:.0f} s, by enqueue second (s: jobs, p50/p99 ms): {seconds}",
                     flush=True,
                 )
             if now >= minute + 70:  # the minute closed 10 s ago: its completions are written

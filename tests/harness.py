@@ -165,3 +165,18 @@ def drop_range_partitions() -> None:
         cursor.execute(statements["list_job_partitions"])
         for _branch, name, _lower, _upper in cursor.fetchall():
             cursor.execute(f'DROP TABLE "{name}"')  # a partition's name, read from the catalog
+
+
+def run_on_worker_connection(coroutine_function: Callable[..., Any], *args: Any) -> Any:
+    """``coroutine_function(conn, *args)`` on a fresh worker-style async connection to the test
+    database (``awa_django.worker.db.connect``), in an event loop of its own; closed after."""
+    from awa_django.worker.db import connect
+
+    async def main() -> Any:
+        conn = await connect("default", purpose="test")
+        try:
+            return await coroutine_function(conn, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())

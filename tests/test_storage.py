@@ -11,7 +11,6 @@ database after each write, and the partitions retention keeps.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,9 +25,8 @@ from awa_django.models import Workflow as WorkflowRow
 from awa_django.services.jobs import cancel_jobs, retry_jobs
 from awa_django.sql import statements
 from awa_django.worker import retention
-from awa_django.worker.db import connect
 from awa_django.worker.retention import AHEAD, WIDTHS, Partition, floor_to, plan_creates, plan_drops, width_for
-from tests.harness import drop_range_partitions, make_config
+from tests.harness import drop_range_partitions, make_config, run_on_worker_connection
 
 FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 
@@ -265,17 +263,6 @@ def test_plan_drops__exactly_the_partitions_wholly_past_the_retention(now: datet
 # -- Partitions: for real ---------------------------------------------------------------------------
 
 
-def run(coroutine_function: Any, *args: Any) -> Any:
-    async def main() -> Any:
-        conn = await connect("default", purpose="test")
-        try:
-            return await coroutine_function(conn, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(main())
-
-
 @pytest.fixture
 def no_partitions(transactional_db: None) -> None:
     """Start with the DEFAULT partitions only (leaders of earlier tests in this database made some)."""
@@ -288,7 +275,7 @@ def test_partitions__created_ahead_take_over_their_rows_from_the_default_and_rec
     early = Job.objects.create(kind="noop", state=JobState.COMPLETED)  # before any partition exists
     assert partition_of(early.pk) == ["awa_job_done_completed_default"]
 
-    created = run(retention.ensure_partitions, config)
+    created = run_on_worker_connection(retention.ensure_partitions, config)
 
     hour = timedelta(hours=1)
     assert len(created) == 2 * (AHEAD + 1), created  # each branch: the current hour and AHEAD more
@@ -297,7 +284,7 @@ def test_partitions__created_ahead_take_over_their_rows_from_the_default_and_rec
     late = Job.objects.enqueue("noop", {})
     finish(late.pk, claim(late.pk), "complete")
     assert partition_of(late.pk) == [current]
-    assert run(retention.ensure_partitions, config) == [], "nothing more to create within the hour"
+    assert run_on_worker_connection(retention.ensure_partitions, config) == [], "nothing more to create within the hour"
 
 
 @pytest.mark.usefixtures("no_partitions")
@@ -310,7 +297,7 @@ def test_partitions__past_the_retention_are_dropped_whole_with_their_steps_edges
     async def old_partition(conn: Any) -> bool:
         return await retention._create(conn, branch, old_lower, old_lower + timedelta(hours=1))
 
-    assert run(old_partition)
+    assert run_on_worker_connection(old_partition)
     workflow = WorkflowRow.objects.create(name="old")
     up = Job.objects.create(kind="noop", state=JobState.COMPLETED, finalized_at=old_lower + timedelta(minutes=5))
     down = Job.objects.create(
@@ -321,7 +308,7 @@ def test_partitions__past_the_retention_are_dropped_whole_with_their_steps_edges
     old_name = retention.partition_name(branch, old_lower)
     assert partition_of(down.pk) == [old_name]
 
-    dropped = run(retention.drop_expired, config)
+    dropped = run_on_worker_connection(retention.drop_expired, config)
 
     assert dropped == [old_name]
     assert not Job.objects.filter(pk__in=[up.pk, down.pk]).exists()
@@ -367,7 +354,7 @@ def add_history(rows: int, days: int) -> None:
                 lower = today - day * timedelta(days=1)
                 assert await retention._create(conn, branch, lower, lower + timedelta(days=1))
 
-    run(partitions)
+    run_on_worker_connection(partitions)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO awa_job_done (id, kind, queue, args, state, priority, attempt, max_attempts, run_at,"
@@ -385,7 +372,7 @@ def add_history(rows: int, days: int) -> None:
 @pytest.mark.usefixtures("no_partitions")
 def test_completion__buffers_per_job_flat_from_no_history_to_200000_finished_jobs() -> None:
     batch = 200
-    run(retention.ensure_partitions, make_config(["default"]))
+    run_on_worker_connection(retention.ensure_partitions, make_config(["default"]))
     # Today's partition's btrees first take a batch of 2,000 (rolled back: the index entries stay
     # until a vacuum), so that each has its root above its leaves before anything is measured. A
     # root split is a buffer more per job and index, and comes with today's own volume, history or

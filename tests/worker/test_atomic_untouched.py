@@ -26,9 +26,10 @@ from awa_django.worker.atomic import run_atomic
 from testproject.demo.models import Execution
 
 KIND = "atomic_untouched"
-# What a handler may do before it returns; "cursor" opens a cursor and sends nothing.
-ACTIONS = ("read", "write", "enqueue", "on_commit", "cursor")
-SENDS = {"read", "write", "enqueue", "on_commit"}  # each keeps the completion in the transaction
+# What a handler may do before it returns: "cursor" opens a cursor and sends nothing; "savepoint"
+# is an inner atomic() (a SAVEPOINT, sent), "inner" one with savepoint=False (nothing sent).
+ACTIONS = ("read", "write", "enqueue", "on_commit", "cursor", "savepoint", "inner")
+SENDS = {"read", "write", "enqueue", "on_commit", "savepoint"}  # each keeps the completion in the transaction
 
 
 def _completed_with(job: ClaimedJob, result: Any) -> Outcome:
@@ -64,6 +65,12 @@ def test_property__settled_by_the_handlers_transaction_iff_it_sent_something(
             elif action == "on_commit":
                 # After the COMMIT: what another connection would read of the job then.
                 transaction.on_commit(lambda: seen_at_commit.append(Job.objects.get(pk=job.id).state))
+            elif action == "savepoint":
+                with transaction.atomic():
+                    pass
+            elif action == "inner":
+                with transaction.atomic(savepoint=False):
+                    pass
             else:
                 connection.cursor().close()
         return returns

@@ -22,21 +22,9 @@ from django.db import connection
 from awa_django.models import Job, JobEdge, JobState
 from awa_django.models import Workflow as WorkflowRow
 from awa_django.worker import retention
-from awa_django.worker.db import connect
 from awa_django.worker.retention import floor_to
 from tests.conftest import connection_params
-from tests.harness import drop_range_partitions, make_config, wait_until
-
-
-def run(coroutine_function: Any, *args: Any) -> Any:
-    async def main() -> Any:
-        conn = await connect("default", purpose="test")
-        try:
-            return await coroutine_function(conn, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(main())
+from tests.harness import drop_range_partitions, make_config, run_on_worker_connection, wait_until
 
 
 def waiting_locks(tables: list[str]) -> list[tuple[str, str, int]]:
@@ -62,7 +50,7 @@ def test_drop__branch_held_by_a_reader__retries_without_a_waiting_lock_completio
     async def old_partition(conn: Any) -> bool:
         return await retention._create(conn, branch, old_lower, old_lower + timedelta(hours=1))
 
-    assert run(old_partition)
+    assert run_on_worker_connection(old_partition)
     old_name = retention.partition_name(branch, old_lower)
     Job.objects.create(kind="noop", state=JobState.COMPLETED, finalized_at=old_lower + timedelta(minutes=5))
 
@@ -80,7 +68,9 @@ def test_drop__branch_held_by_a_reader__retries_without_a_waiting_lock_completio
     try:
         # A long reader of the branch: ACCESS SHARE on it and its partitions until it ends.
         reader.execute("SELECT count(*) FROM awa_job_done_completed")
-        worker = threading.Thread(target=lambda: dropped.append(run(retention.drop_expired, config)), daemon=True)
+        worker = threading.Thread(
+            target=lambda: dropped.append(run_on_worker_connection(retention.drop_expired, config)), daemon=True
+        )
         worker.start()
         seen_waiting: list[tuple[str, str, int]] = []
         completed: list[int] = []
@@ -118,10 +108,12 @@ def test_create__branch_held_the_whole_sweep__given_up_until_the_next(monkeypatc
     monkeypatch.setattr(retention, "_pause", lambda: 0.0)
     with psycopg.connect(**connection_params()) as reader:
         reader.execute("SELECT count(*) FROM awa_job_done_failed")
-        created = run(retention.ensure_partitions, config)
+        created = run_on_worker_connection(retention.ensure_partitions, config)
         assert created and all(name.startswith("awa_job_done_c_") for name in created)  # the free branch only
         reader.rollback()
-    assert any(name.startswith("awa_job_done_f_") for name in run(retention.ensure_partitions, config))
+    assert any(
+        name.startswith("awa_job_done_f_") for name in run_on_worker_connection(retention.ensure_partitions, config)
+    )
 
 
 def test_prune__creates_and_drops_wait_while_a_rollup_round_holds_the_turn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,7 +159,7 @@ def _old_partition(branch: retention.Branch) -> tuple[str, datetime]:
     async def create(conn: Any) -> bool:
         return await retention._create(conn, branch, lower, lower + timedelta(hours=1))
 
-    assert run(create)
+    assert run_on_worker_connection(create)
     return retention.partition_name(branch, lower), lower
 
 
@@ -179,14 +171,14 @@ def test_drop__a_sibling_partition_busy__dropped_all_the_same(monkeypatch: pytes
     drop_range_partitions()
     config = make_config(["default"], completed_retention=3600.0, failed_retention=3600.0)
     branch = retention.BRANCHES[0]
-    run(retention.ensure_partitions, config)  # the current partitions
+    run_on_worker_connection(retention.ensure_partitions, config)  # the current partitions
     old_name, _ = _old_partition(branch)
     current = retention.partition_name(branch, floor_to(datetime.now(UTC), timedelta(hours=1)))
     monkeypatch.setattr(retention, "LOCK_TRIES", 2)
     monkeypatch.setattr(retention, "_pause", lambda: 0.0)
     with psycopg.connect(**connection_params()) as vacuum_like:
         vacuum_like.execute(f'LOCK TABLE ONLY "{current}" IN SHARE UPDATE EXCLUSIVE MODE')  # a name from the catalog
-        assert run(retention.drop_expired, config) == [old_name]
+        assert run_on_worker_connection(retention.drop_expired, config) == [old_name]
         vacuum_like.rollback()
 
 
@@ -216,8 +208,8 @@ def test_drop__a_statement_after_the_locks_waits_in_vain__given_up_without_retry
     monkeypatch.setattr(retention, "_pause", pause)
     with psycopg.connect(**connection_params()) as holder:
         holder.execute("SELECT 1 FROM awa_job_edge WHERE downstream_id = %s FOR UPDATE", [down.pk])
-        assert run(retention.drop_expired, config) == []  # given up until the next sweep
+        assert run_on_worker_connection(retention.drop_expired, config) == []  # given up until the next sweep
         holder.rollback()
     assert tries == []  # not retried
-    assert run(retention.drop_expired, config) == [old_name]
+    assert run_on_worker_connection(retention.drop_expired, config) == [old_name]
     assert not JobEdge.objects.filter(downstream_id=down.pk).exists()
