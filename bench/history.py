@@ -24,8 +24,12 @@ ones), on the same code, each run:
 - **drain**: one ``manage.py awa_worker -q bench`` (queue row max_workers=32, as bench/run.py) until
   all of them are finished; the rate is N over the database's own span, from the first claim
   (``min(attempted_at)``) to the last completion (``max(finalized_at)``), read from awa_job_done;
-- **pickup**: the same worker, now idle: ``--samples`` jobs enqueued one at a time (autocommit) after
-  a random 20-60 ms gap; each one's ``attempted_at - run_at`` (bench/pickup_tail.py's measure);
+- **pickup**: the same worker, now idle: ``--samples`` ``stamp`` jobs enqueued one at a time
+  (autocommit) after a random 20-60 ms gap. Two measures of each: ``attempted_at - run_at``, the
+  claim's start since the insert's (bench/pickup_tail.py's; it holds the enqueue's own commit,
+  its WAL flush), and the handler's ``time.time()`` (its result) since the enqueue returned,
+  bench/run.py's measure (after the commit, and with the claim's own commit). The enqueue call's
+  own time is printed beside them: the commit's flush, which no worker takes part in;
 - **SQL alone**: ``--jobs`` jobs enqueued again and drained by ``claim_jobs`` and ``complete_jobs``
   alone (one connection, claims of 32, each followed by its completion; no worker, no leader): the
   same span rate, to tell the hot path's SQL from the worker around it;
@@ -279,25 +283,25 @@ async def _day_partitions(conn: Any, lower: datetime) -> None:
             await _create_range(conn, lower, lower + timedelta(days=1), (branch.table,))
 
 
-def build_history(rows: int, rebuild: bool) -> str:
+def build_history(rows: int, rebuild: bool, name: str = HISTORY) -> str:
     """The history database with ``rows`` rows of the issue's mix: reused when it holds them, grown
     when it holds fewer (the new finished jobs spread over the last 24 hours like the first ones),
     built from nothing otherwise (or with ``rebuild``)."""
-    prepare(HISTORY)
+    prepare(name)
     counts = mix(rows)
     with connect() as conn:
         marker = conn.execute("SELECT obj_description('awa_job_done'::regclass)").fetchone()[0]
         have = json.loads(marker) if marker and marker.startswith("{") else None
         if have == counts and not rebuild:
-            log(f"reusing {HISTORY} ({counts})")
-            return HISTORY
+            log(f"reusing {name} ({counts})")
+            return name
         if rebuild or have is None or any(have[state] > counts[state] for state in counts):
-            log(f"building {HISTORY}: {counts}")
+            log(f"building {name}: {counts}")
             empty_all(conn)
             run_async(_drop_partitions)
             have = dict.fromkeys(counts, 0)
         else:
-            log(f"growing {HISTORY} from {have} to {counts}")
+            log(f"growing {name} from {have} to {counts}")
     started = time.monotonic()
     # Partitions first, as the worker makes them: yesterday's and today's day, and ahead.
     now = datetime.now(UTC)
@@ -323,7 +327,7 @@ def build_history(rows: int, rebuild: bool) -> str:
     with connect() as conn:
         conn.execute(sql.SQL("COMMENT ON TABLE awa_job_done IS {}").format(sql.Literal(json.dumps(counts))))
         log(f"  built in {time.monotonic() - started:,.0f} s")
-    return HISTORY
+    return name
 
 
 def roll_up() -> None:
@@ -457,19 +461,41 @@ def span_rate(conn: Any, n: int, low: int, high: int) -> tuple[float, datetime]:
     return n / float(span), first
 
 
-def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> list[float]:
-    """One job at a time into the idle worker; each one's claim now() - run_at, in ms."""
+@dataclass
+class Pickups:
+    """Each sample's three times, ms: the claim's start since the insert's (``attempted_at -
+    run_at``, the enqueue's commit inside it), the handler's start since the enqueue returned (after
+    its commit: bench/run.py's pickup), and the enqueue call itself (the insert and its commit)."""
+
+    claim: list[float] = field(default_factory=list)
+    handler: list[float] = field(default_factory=list)
+    enqueue: list[float] = field(default_factory=list)
+
+
+def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> Pickups:
+    """One ``stamp`` job at a time into the idle worker; each one's three times (``Pickups``)."""
     from awa_django.models import Job
 
-    ids = []
+    returned: dict[int, float] = {}
+    got = Pickups()
     for _ in range(samples):
         time.sleep(random.uniform(0.02, 0.06))
-        ids.append(Job.objects.enqueue("noop", queue=QUEUE).pk)
+        called = time.time()
+        job_id = Job.objects.enqueue("stamp", queue=QUEUE).pk
+        returned[job_id] = time.time()
+        got.enqueue.append((returned[job_id] - called) * 1000)
     wait_until(lambda: left(conn) == 0, 60, proc, "the pickup samples' completion")
     rows = conn.execute(
-        "SELECT extract(epoch FROM attempted_at - run_at) * 1000 FROM awa_job_all WHERE id = ANY(%s)", [ids]
+        "SELECT id, extract(epoch FROM attempted_at - run_at) * 1000, result"
+        " FROM awa_job_all WHERE id = ANY(%s) AND state = 'completed'",
+        [list(returned)],
     ).fetchall()
-    return [float(ms) for (ms,) in rows]
+    if len(rows) != samples:
+        raise SystemExit(f"{samples} pickup samples enqueued, {len(rows)} completed")
+    for job_id, claim_ms, started in rows:
+        got.claim.append(float(claim_ms))
+        got.handler.append((float(started) - returned[job_id]) * 1000)
+    return got
 
 
 BUFFERS_ROWS = """
@@ -528,7 +554,11 @@ class Run:
     p50: float
     p99: float
     buffers: Buffers
-    pickups: list[float] = field(default_factory=list)  # every sample, ms
+    pickups: Pickups = field(default_factory=Pickups)  # every sample, ms
+
+    @property
+    def p99_handler(self) -> float:
+        return percentile(self.pickups.handler, 0.99)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -552,7 +582,14 @@ def run_once(name: str, n: int, samples: int, batch: int) -> Run:
     _, low, high = bulk(n)
     rate_floor = floor_drain(n, low, high)
     return Run(
-        name, rate_bulk, rate_drain, rate_floor, percentile(times, 0.5), percentile(times, 0.99), buffers(batch), times
+        name,
+        rate_bulk,
+        rate_drain,
+        rate_floor,
+        percentile(times.claim, 0.5),
+        percentile(times.claim, 0.99),
+        buffers(batch),
+        times,
     )
 
 
@@ -632,14 +669,16 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
     print(f"\nhistory {rows:,} rows against empty, {len(runs)} pairs (history / empty):")
     print(
         "| pair | drain jobs/s empty / history | bulk jobs/s empty / history | pickup p50 ms empty / history "
-        "| pickup p99 ms empty / history | claim buffers/job | completion buffers/job | SQL alone jobs/s |"
+        "| pickup p99 ms empty / history | to the handler, p99 ms | claim buffers/job | completion buffers/job "
+        "| SQL alone jobs/s |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, (e, h) in enumerate(runs, 1):
         print(
             f"| {i} | {e.drain:,.0f} / {h.drain:,.0f} ({h.drain / e.drain:.2f}) "
             f"| {e.bulk:,.0f} / {h.bulk:,.0f} ({h.bulk / e.bulk:.2f}) | {e.p50:.2f} / {h.p50:.2f} "
             f"| {e.p99:.2f} / {h.p99:.2f} ({h.p99 / e.p99:.2f}) "
+            f"| {e.p99_handler:.2f} / {h.p99_handler:.2f} ({h.p99_handler / e.p99_handler:.2f}) "
             f"| {e.buffers.claim:.1f} / {h.buffers.claim:.1f} | {e.buffers.complete:.1f} / {h.buffers.complete:.1f} "
             f"| {e.floor:,.0f} / {h.floor:,.0f} ({h.floor / e.floor:.2f}) |"
         )
@@ -649,6 +688,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         "bulk": statistics.median(h.bulk / e.bulk for e, h in runs),
         "p50": statistics.median(h.p50 / e.p50 for e, h in runs),
         "p99": statistics.median(h.p99 / e.p99 for e, h in runs),
+        "p99_handler": statistics.median(h.p99_handler / e.p99_handler for e, h in runs),
         "claim": statistics.median(h.buffers.claim / e.buffers.claim for e, h in runs),
         "complete": statistics.median(h.buffers.complete / e.buffers.complete for e, h in runs),
     }
@@ -659,7 +699,8 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         "floor": ("the same drain, claim_jobs + complete_jobs alone, jobs/s", lambda r: r.floor, "{:,.0f}", ""),
         "bulk": ("bulk enqueue, jobs/s", lambda r: r.bulk, "{:,.0f}", ">= 0.95"),
         "p50": ("pickup p50, ms", lambda r: r.p50, "{:.2f}", ""),
-        "p99": ("pickup p99, ms", lambda r: r.p99, "{:.2f}", "<= 1.10"),
+        "p99": ("pickup p99 (claim since insert), ms", lambda r: r.p99, "{:.2f}", "<= 1.10"),
+        "p99_handler": ("pickup p99 (handler since the enqueue returned), ms", lambda r: r.p99_handler, "{:.2f}", ""),
         "claim": ("claim, shared buffers per job", lambda r: r.buffers.claim, "{:.1f}", ""),
         "complete": ("completion, shared buffers per job", lambda r: r.buffers.complete, "{:.1f}", ""),
     }
@@ -669,15 +710,22 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         print(f"| {label} | {fmt.format(empty)} | {fmt.format(history)} | {medians[key]:.2f} | {target} |")
     # One pair's p99 is its 1 % slowest pickups: a few samples, which a burst of the machine's other
     # work moves by half. Pooled over every pair, each side's percentiles rest on pairs x samples.
-    pooled = {name: [ms for pair in runs for ms in pair[i].pickups] for i, name in enumerate(("empty", "history"))}
-    if all(pooled.values()):
+    measures: dict[str, Callable[[Run], list[float]]] = {
+        "pickup, claim since insert": lambda r: r.pickups.claim,
+        "pickup, handler since the enqueue returned": lambda r: r.pickups.handler,
+        "the enqueue call (insert + commit)": lambda r: r.pickups.enqueue,
+    }
+    for label, values in measures.items():
+        pooled = [[ms for pair in runs for ms in values(pair[i])] for i in (0, 1)]
+        if not all(pooled):
+            continue
         cells = [
-            f"p{round(q * 100)} {percentile(pooled['empty'], q):.2f} / {percentile(pooled['history'], q):.2f} "
-            f"({percentile(pooled['history'], q) / percentile(pooled['empty'], q):.2f})"
+            f"p{round(q * 100)} {percentile(pooled[0], q):.2f} / {percentile(pooled[1], q):.2f} "
+            f"({percentile(pooled[1], q) / percentile(pooled[0], q):.2f})"
             for q in (0.5, 0.95, 0.99)
         ]
-        side = len(pooled["empty"])
-        print(f"(pickup, every pair's samples pooled, {side:,} a side, ms empty / history: {'; '.join(cells)})")
+        side = f"{len(pooled[0]):,} a side"
+        print(f"({label}, every pair's samples pooled, {side}, ms empty / history: {'; '.join(cells)})")
     reads = statistics.median(h.buffers.claim_read + h.buffers.complete_read for _, h in runs)
     print(f"(blocks read from outside shared buffers per job, claim + completion, history: {reads:.2f})")
     return medians
@@ -687,7 +735,7 @@ def compare(args: argparse.Namespace) -> None:
     curve: list[tuple[int, dict[str, float], list[tuple[Run, Run]], tuple[float, float]]] = []
     build_empty()
     for rows in args.history:
-        name = build_history(rows, args.rebuild)
+        name = build_history(rows, args.rebuild, args.database)
         runs: list[tuple[Run, Run]] = []
         for pair in range(args.pairs):
             order = [EMPTY, name] if pair % 2 == 0 else [name, EMPTY]
@@ -971,6 +1019,7 @@ def main() -> None:
     c.add_argument("--samples", type=int, default=300)
     c.add_argument("--batch", type=int, default=100, help="jobs per claim and completion in the buffers' EXPLAIN")
     c.add_argument("--rebuild", action="store_true")
+    c.add_argument("--database", default=HISTORY, help=f"the history database's name (default {HISTORY})")
     p = sub.add_parser("prune", help="drop a day of completed jobs during a drain")
     p.add_argument("--day", type=int, default=5_000_000)
     p.add_argument("--pairs", type=int, default=1)

@@ -819,11 +819,16 @@ def main() -> None:
         help="run every measurement once per repetition in turn (back to back), not all repetitions of one first",
     )
     parser.add_argument("--keep-workdirs", action="store_true", help="keep handler logs and worker output")
+    parser.add_argument(
+        "--samples", type=int, default=None, help="pickups per pickup measurement (default 200, quick 15)"
+    )
     args = parser.parse_args()
 
     size = dict(QUICK if args.quick else FULL)
     if args.concurrency is not None:
         size["concurrency"] = args.concurrency
+    if args.samples is not None:
+        size["latency_samples"] = size["scale_latency_samples"] = args.samples
     reps = args.reps or (1 if args.quick else 3)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]

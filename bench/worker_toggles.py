@@ -23,6 +23,12 @@ alternated, on the same jobs. ``AWA_TOGGLES`` is a comma-separated list of:
   (``prepare_threshold`` 0, psycopg's default is the fifth) and plan it once
   (``plan_cache_mode = force_generic_plan``; Postgres's default plans the first five executions of
   a prepared statement each, and one with array parameters at every execution).
+- ``nosync``: the worker's connections commit without waiting for the WAL flush
+  (``synchronous_commit = off``): what a claim's round trip costs without its commit's flush. Never
+  a setting to run with: a claim lost in a server crash would hand its lease number out again.
+- ``trace``: changes nothing; records when each NOTIFY reached the listener and when each claim
+  was sent, got its pool connection, was executed, had its rows read and gave its connection back
+  (with its job ids), ``time.time()``, and writes them as JSON lines to ``AWA_TRACE_OUT`` at exit (``bench/pickup_parts.py`` reads them).
 
 Every other argument is passed to ``manage.py`` as is.
 """
@@ -145,6 +151,18 @@ def apply(toggles: set[str]) -> None:
 
         db.connection_kwargs = generic_kwargs  # make_pool's, and connect()'s (the leader, LISTEN)
 
+    if "nosync" in toggles:
+        from awa_django.worker import db as worker_db
+
+        sync_kwargs = worker_db.connection_kwargs
+
+        def nosync_kwargs(alias: str) -> dict[str, Any]:
+            kwargs = sync_kwargs(alias)
+            kwargs["options"] = (kwargs.get("options", "") + " -c synchronous_commit=off").strip()
+            return kwargs
+
+        worker_db.connection_kwargs = nosync_kwargs
+
     if "nojson" in toggles:
         import psycopg
         from psycopg.types.string import TextLoader
@@ -152,10 +170,50 @@ def apply(toggles: set[str]) -> None:
         psycopg.adapters.register_loader("jsonb", TextLoader)
 
 
+def trace() -> None:
+    """The ``trace`` toggle: see the module docstring."""
+    import atexit
+    import json
+    import time
+
+    from awa_django.sql import statements
+    from awa_django.worker import claims, listener, plain
+
+    events: list[list[Any]] = []
+    on_notify = listener.Listener.on_notify
+
+    def heard(self: Any, channel: str, payload: str) -> None:
+        events.append(["notify", time.time(), channel, payload])
+        on_notify(self, channel, payload)
+
+    async def run_statement(pool: Any, claim: Any) -> list[Any]:
+        sent = time.time()
+        async with pool.connection() as conn:
+            pooled = time.time()
+            async with conn.cursor(row_factory=claim.rows) as cur:
+                await cur.execute(statements[claim.statement], claim.params)
+                executed = time.time()
+                rows: list[Any] = await cur.fetchall()
+                fetched = time.time()
+        events.append(["claim", sent, pooled, executed, fetched, time.time(), [row.id for row in rows]])
+        return rows
+
+    def dump() -> None:
+        with open(os.environ["AWA_TRACE_OUT"], "w") as out:
+            out.writelines(json.dumps(event) + "\n" for event in events)
+
+    listener.Listener.on_notify = heard  # type: ignore[method-assign]
+    claims.run_statement = run_statement
+    plain.run_statement = run_statement  # type: ignore[attr-defined]  # imported there by name
+    atexit.register(dump)
+
+
 def main() -> None:
     sys.path.insert(0, str(ROOT))
     toggles = {t for t in os.environ.get("AWA_TOGGLES", "").split(",") if t}
     apply(toggles)
+    if "trace" in toggles:
+        trace()
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
