@@ -698,7 +698,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         "drain": ("drain, jobs/s", lambda r: r.drain, "{:,.0f}", ">= 0.95"),
         "floor": ("the same drain, claim_jobs + complete_jobs alone, jobs/s", lambda r: r.floor, "{:,.0f}", ""),
         "bulk": ("bulk enqueue, jobs/s", lambda r: r.bulk, "{:,.0f}", ">= 0.95"),
-        "p50": ("pickup p50, ms", lambda r: r.p50, "{:.2f}", ""),
+        "p50": ("pickup p50 (claim since insert), ms", lambda r: r.p50, "{:.2f}", ""),
         "p99": ("pickup p99 (claim since insert), ms", lambda r: r.p99, "{:.2f}", "<= 1.10"),
         "p99_handler": ("pickup p99 (handler since the enqueue returned), ms", lambda r: r.p99_handler, "{:.2f}", ""),
         "claim": ("claim, shared buffers per job", lambda r: r.buffers.claim, "{:.1f}", ""),

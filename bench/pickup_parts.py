@@ -23,8 +23,10 @@ bench/history.py does before its pickups), then enqueues ``--samples`` ``stamp``
 - **pickup**: the handler's first line since the enqueue returned: bench/run.py's pickup.
 
 Prints p50 / p95 / p99 / max of each part, then the mean of each part over the slowest 1 % of
-pickups against all of them: which parts the tail is made of. The database's ``--database`` must
-exist and be migrated (bench/history.py's are; the default is made here).
+pickups against all of them: which parts the tail is made of. A pickup claimed by the writer's
+hand-over (in its own round trip, not traced) or by a look before its NOTIFY was heard counts in
+**commit** and **pickup** but is not cut into parts; the run says how many. The database's
+``--database`` must exist and be migrated (bench/history.py's are; the default is made here).
 """
 
 from __future__ import annotations
@@ -120,21 +122,30 @@ def run_once(samples: int, drain: int, trace_out: Path, toggles: str = "") -> li
     if len(rows) != samples:
         raise SystemExit(f"{samples} samples enqueued, {len(rows)} completed")
     events = [json.loads(line) for line in trace_out.read_text().splitlines()]
-    heard = sorted(e[1] for e in events if e[0] == "notify" and e[2] == "awa_jobs")
+    heard = sorted(e[1] for e in events if e[0] == "notify" and e[2] == "awa_jobs" and e[3] == floor.QUEUE)
     claims = {job_id: e for e in events if e[0] == "claim" for job_id in e[-1]}
     got = []
+    uncut = {"claimed by the writer (no claim of the runner's)": 0, "claimed before its NOTIFY was heard": 0}
     for job_id, run_at, attempted_at, started in rows:
         run_at, attempted_at, started = float(run_at), float(attempted_at), float(started)
         called, back_to_caller = returned[job_id]
-        _, sent, pooled, executed, fetched, back, _ = claims[job_id]
-        # the last NOTIFY heard before the claim went out, and after the insert began
+        # Every sample has its enqueue call and its pickup; only those whose claim was the runner's
+        # own, sent after their NOTIFY was heard, are cut into the parts between.
+        sample = {"commit": back_to_caller - called, "pickup": started - back_to_caller}
+        got.append(sample)
+        claim = claims.get(job_id)
+        if claim is None:  # the writer's hand-over claim, in its own round trip (not traced)
+            uncut["claimed by the writer (no claim of the runner's)"] += 1
+            continue
+        _, sent, pooled, executed, fetched, back, _ = claim
+        # the last NOTIFY for the queue heard before the claim went out, and after the insert began
         i = bisect.bisect_right(heard, sent) - 1
-        notified = heard[i] if i >= 0 and heard[i] >= run_at else None
-        if notified is None:
-            continue  # claimed by a look, not a NOTIFY (none here: the worker is idle and listening)
-        got.append(
+        if i < 0 or heard[i] < run_at:  # a look claimed it first
+            uncut["claimed before its NOTIFY was heard"] += 1
+            continue
+        notified = heard[i]
+        sample.update(
             {
-                "commit": back_to_caller - called,
                 "notified": notified - run_at,
                 "to the claim": sent - notified,
                 "pool": pooled - sent,
@@ -143,9 +154,11 @@ def run_once(samples: int, drain: int, trace_out: Path, toggles: str = "") -> li
                 "rows read": fetched - executed,
                 "connection back": back - fetched,
                 "to the handler": started - back,
-                "pickup": started - back_to_caller,
             }
         )
+    for why, n in uncut.items():
+        if n:
+            print(f"({n} of {samples} pickups not cut into parts: {why}; counted in commit and pickup)")
     return [{part: seconds * 1000 for part, seconds in sample.items()} for sample in got]
 
 
@@ -155,16 +168,22 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def report(samples: list[dict[str, float]]) -> None:
+    """Each part over the samples that have it (commit and pickup: all of them); the slowest 1 % are
+    chosen among all samples by pickup."""
     print(f"{len(samples):,} pickups, ms:")
-    print("| part | p50 | p95 | p99 | max | mean, all | mean, slowest 1 % of pickups |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| part | samples | p50 | p95 | p99 | max | mean, all | mean, slowest 1 % of pickups |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     slow = sorted(samples, key=lambda s: s["pickup"])[-max(1, len(samples) // 100) :]
     for part in PARTS:
-        values = [s[part] for s in samples]
+        values = [s[part] for s in samples if part in s]
+        slow_values = [s[part] for s in slow if part in s]
+        if not values:
+            print(f"| {part} | 0 | | | | | | |")
+            continue
+        slowest = f"{statistics.fmean(slow_values):.2f}" if slow_values else ""
         print(
-            f"| {part} | {percentile(values, 0.5):.2f} | {percentile(values, 0.95):.2f} "
-            f"| {percentile(values, 0.99):.2f} | {max(values):.2f} | {statistics.fmean(values):.2f} "
-            f"| {statistics.fmean(s[part] for s in slow):.2f} |"
+            f"| {part} | {len(values):,} | {percentile(values, 0.5):.2f} | {percentile(values, 0.95):.2f} "
+            f"| {percentile(values, 0.99):.2f} | {max(values):.2f} | {statistics.fmean(values):.2f} | {slowest} |"
         )
 
 

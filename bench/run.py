@@ -820,7 +820,10 @@ def main() -> None:
     )
     parser.add_argument("--keep-workdirs", action="store_true", help="keep handler logs and worker output")
     parser.add_argument(
-        "--samples", type=int, default=None, help="pickups per pickup measurement (default 200, quick 15)"
+        "--samples",
+        type=int,
+        default=None,
+        help="pickups per pickup measurement (default 200; quick: 15, and 10 with finished rows)",
     )
     args = parser.parse_args()
 

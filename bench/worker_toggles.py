@@ -28,7 +28,8 @@ alternated, on the same jobs. ``AWA_TOGGLES`` is a comma-separated list of:
   a setting to run with: a claim lost in a server crash would hand its lease number out again.
 - ``trace``: changes nothing; records when each NOTIFY reached the listener and when each claim
   was sent, got its pool connection, was executed, had its rows read and gave its connection back
-  (with its job ids), ``time.time()``, and writes them as JSON lines to ``AWA_TRACE_OUT`` at exit (``bench/pickup_parts.py`` reads them).
+  (with its job ids), ``time.time()``, and writes them as JSON lines to ``AWA_TRACE_OUT`` at exit
+  (``bench/pickup_parts.py`` reads them).
 
 Every other argument is passed to ``manage.py`` as is.
 """
