@@ -140,35 +140,34 @@ def apply(toggles: set[str]) -> None:
         gc.disable()
 
     if "generic" in toggles:
-        from awa_django.worker import db
-
-        pool_kwargs = db.connection_kwargs
-
-        def generic_kwargs(alias: str) -> dict[str, Any]:
-            kwargs = pool_kwargs(alias)
-            kwargs["prepare_threshold"] = 0
-            kwargs["options"] = (kwargs.get("options", "") + " -c plan_cache_mode=force_generic_plan").strip()
-            return kwargs
-
-        db.connection_kwargs = generic_kwargs  # make_pool's, and connect()'s (the leader, LISTEN)
+        _connect_with(prepare_threshold=0, options="-c plan_cache_mode=force_generic_plan")
 
     if "nosync" in toggles:
-        from awa_django.worker import db as worker_db
+        _connect_with(options="-c synchronous_commit=off")
 
-        sync_kwargs = worker_db.connection_kwargs
-
-        def nosync_kwargs(alias: str) -> dict[str, Any]:
-            kwargs = sync_kwargs(alias)
-            kwargs["options"] = (kwargs.get("options", "") + " -c synchronous_commit=off").strip()
-            return kwargs
-
-        worker_db.connection_kwargs = nosync_kwargs
+    if "trace" in toggles:
+        trace()
 
     if "nojson" in toggles:
         import psycopg
         from psycopg.types.string import TextLoader
 
         psycopg.adapters.register_loader("jsonb", TextLoader)
+
+
+def _connect_with(options: str, **kwargs: Any) -> None:
+    """The worker's connections (its pool's, and connect()'s: the leader, LISTEN) made with these
+    server ``options`` added and these psycopg keyword arguments."""
+    from awa_django.worker import db
+
+    made_with = db.connection_kwargs
+
+    def connection_kwargs(alias: str) -> dict[str, Any]:
+        made = {**made_with(alias), **kwargs}
+        made["options"] = f"{made.get('options', '')} {options}".strip()
+        return made
+
+    db.connection_kwargs = connection_kwargs
 
 
 def trace() -> None:
@@ -213,8 +212,6 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     toggles = {t for t in os.environ.get("AWA_TOGGLES", "").split(",") if t}
     apply(toggles)
-    if "trace" in toggles:
-        trace()
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 

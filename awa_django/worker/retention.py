@@ -240,7 +240,11 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
 
 
 class _Busy(Exception):  # noqa: N818 (a signal between _exclusive's tries, never shown)
-    """A NOWAIT lock request of ``_exclusive`` was refused: someone holds one of its tables."""
+    """A NOWAIT lock request of ``_exclusive`` was refused (``refused``): someone holds one of its tables."""
+
+    def __init__(self, refused: psycopg.errors.LockNotAvailable) -> None:
+        super().__init__(str(refused))
+        self.refused = refused
 
 
 async def _exclusive(
@@ -271,12 +275,11 @@ async def _exclusive(
                 try:
                     await conn.execute(locks)
                 except psycopg.errors.LockNotAvailable as refused:
-                    raise _Busy from refused
+                    raise _Busy(refused) from refused
                 return await body()
         except _Busy as busy:
             if attempt == LOCK_TRIES:
-                assert isinstance(busy.__cause__, psycopg.errors.LockNotAvailable)
-                raise busy.__cause__ from None
+                raise busy.refused from None
         await asyncio.sleep(_pause())
     raise AssertionError("unreachable")  # the last try returned or raised
 
