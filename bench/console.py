@@ -239,6 +239,8 @@ def pages(hour: datetime | None = None) -> list[tuple[str, str]]:
         ("job list: queue q3, oldest page", "/admin/awa/job/?queue=q3&after=0"),
         ("job list: created_at, one hour", f"/admin/awa/job/?{created}"),
         ("job list: finalized_at, one hour", f"/admin/awa/job/?{finalized}"),
+        ("job list: created_at, one hour, oldest page", f"/admin/awa/job/?{created}&after=0"),
+        ("job list: finalized_at, one hour, oldest page", f"/admin/awa/job/?{finalized}&after=0"),
         ("job list: fair key tenant:7", "/admin/awa/job/?fair_key=tenant%3A7"),
         ("search: id", f"/admin/awa/job/?q={failed}"),
         ("search: args user_id=42", "/admin/awa/job/?q=user_id%3D42"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -87,6 +88,34 @@ def pretty_json(value: Any) -> SafeString:
 # list of millions reads every row before the page.
 BEFORE_VAR = "before"
 AFTER_VAR = "after"
+# A list filtered to a span of a time column (the admin's created_at and finalized_at filters) is
+# ordered by that column, newest first, then by id, and its keyset bound is the bound row's time
+# (``?at=ISO``) with its id: an id order would walk every row newer than the span (at 50 M jobs, an
+# hour three hours back: a day's partition, 3 s), where the time order reads the span's own
+# entries of the (created_at) and (finalized_at) indexes. finalized_at first when both are given:
+# the history is partitioned by it.
+AT_VAR = "at"
+TIME_ORDERS = ("finalized_at", "created_at")
+
+
+def time_order(params: Any) -> str | None:
+    """The time column a job list filtered to a span of it (``COLUMN__gte`` / ``COLUMN__lt``, as
+    Django's DateFieldListFilter asks) is ordered by, or None: the list is ordered by id."""
+    for column in TIME_ORDERS:
+        if f"{column}__gte" in params or f"{column}__lt" in params:
+            return column
+    return None
+
+
+def parse_time(text: str) -> datetime | None:
+    """An aware datetime from ISO text (a keyset bound's ``at``), or None."""
+    if len(text) > 64:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
 
 
 def _scan_rows(node: dict[str, Any]) -> tuple[float, dict[str, float]]:
@@ -132,6 +161,8 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     awa_limit = COUNT_LIMIT
     awa_before: int | None = None  # the page is the matches just older than this id
     awa_after: int | None = None  # ... or just newer than this one
+    awa_order: str | None = None  # a time column the list is ordered by, then by id (time_order)
+    awa_at: datetime | None = None  # ... and the bound row's time in it (None with after=0: the oldest)
     awa_has_older = False  # set by a keyset page: more matches lie past its oldest row
     awa_has_newer = False  # ... or past its newest
     WINDOW_SPARE = 2  # the window holds twice the ids an even spread of the matches would need
@@ -144,7 +175,8 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     awa_estimated = False
     awa_capped = False
     awa_read_ids = False  # count a search by reading its ids (JobAdmin.get_paginator sets it)
-    _awa_ids: list[int] | None = None  # the search's matching ids, newest first, when at most awa_limit
+    _awa_ids: list[int] | None = None  # the search's matching ids, in the list's order, when at most awa_limit
+    _awa_times: list[datetime] | None = None  # ... and their times, under a time order
 
     @cached_property
     def count(self) -> int:
@@ -164,18 +196,29 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         # read from the table either way), and under the bound its page is then read by those
         # ids (page()), not by running the search again. One row, an array: a list of 10,001 rows
         # would cost the Python side a hundred milliseconds.
+        # Under a time order, each id's time too. Both arrays come in the list's order.
         ids: list[int] = []
+        times: list[datetime] = []
+        columns = ["id", self.awa_order] if self.awa_order else ["id"]
         try:
-            sql, params = queryset.order_by().values_list("id", flat=True)[: self.awa_limit + 1].query.sql_with_params()
+            sql, params = queryset.order_by().values_list(*columns)[: self.awa_limit + 1].query.sql_with_params()
         except EmptyResultSet:  # a search that can match nothing (queryset.none())
             pass
         else:
+            if self.awa_order:
+                order = "found.at DESC, found.id DESC"
+                select = f"array_agg(found.id ORDER BY {order}), array_agg(found.at ORDER BY {order})"
+                names = "found(id, at)"
+            else:
+                select, names = "array_agg(found.id ORDER BY found.id DESC), NULL", "found(id)"
             with connections[queryset.db].cursor() as cursor:
-                cursor.execute(f"SELECT array_agg(found.id) FROM ({sql}) AS found(id)", params)  # noqa: S608 (the ORM's SQL)
-                ids = cursor.fetchone()[0] or []
+                cursor.execute(f"SELECT {select} FROM ({sql}) AS {names}", params)  # noqa: S608 (the ORM's SQL)
+                found_ids, found_times = cursor.fetchone()
+            ids, times = list(found_ids or ()), list(found_times or ())
         self.awa_capped = len(ids) > self.awa_limit
         if not self.awa_capped:
-            self._awa_ids = sorted(ids, reverse=True)
+            self._awa_ids = ids
+            self._awa_times = times if self.awa_order else None
         return len(ids)
 
     @property
@@ -210,13 +253,15 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         # that window holds too few matches, by sorting them where the planner expects few enough
         # (an old hour of a time filter: its index, not a walk down from the newest id through
         # every later row), else as the planner likes.
+        # A list in a time order (time_order) is left to the planner: its filter bounds any walk of
+        # the time column's index to the span asked.
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and queryset.query.where and self.count:
+            if self._awa_ids is not None:  # in the list's order, as its queryset's
+                number = self.validate_number(number)
+                bottom, top = self._bounds(number)
+                return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
             if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
-                if self._awa_ids is not None:
-                    number = self.validate_number(number)
-                    bottom, top = self._bounds(number)
-                    return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
                 if not self.awa_capped:
                     self.object_list = queryset.order_by((F("id") + 0).desc())
                 else:
@@ -271,7 +316,10 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         """The page of ``per_page`` matches just older than ``awa_before`` (or just newer than
         ``awa_after``), newest first, read as page 1 of the list bounded by that id: a walk of the
         id index from the bound (or the ids a search's count read), never an OFFSET. One row more
-        than the page is read in the direction of travel, to know whether there is a next page."""
+        than the page is read in the direction of travel, to know whether there is a next page.
+        Under a time order the bound is (``awa_at``, the id), and the walk is the time column's."""
+        if self.awa_order:
+            return self._time_keyset_page()
         queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]  # the list's queryset
         wanted = self.per_page + 1
         older = self.awa_after is None
@@ -300,6 +348,42 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         else:
             oldest: Any = (F("id") + 0).asc() if queryset.query.where and not self.awa_capped else "id"
             rows = list(queryset.filter(id__gt=bound).order_by(oldest)[:wanted])[::-1]
+        return self._keyset_result(rows, read, older, bound > 0)
+
+    def _time_keyset_page(self) -> Page:  # type: ignore[type-arg]
+        """_keyset_page under a time order: the matches just before (or after) the key (``awa_at``,
+        the bound id) in the order (time, id), read from the time column's index at the key
+        (``at <= time`` is its condition; the tie on the time is settled by id), or from the keys
+        a search's count read. ``after=0`` without ``at``: from the oldest match."""
+        queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]  # the list's queryset
+        column, at = str(self.awa_order), self.awa_at
+        wanted = self.per_page + 1
+        older = self.awa_after is None
+        bound = int(self.awa_before if self.awa_after is None else self.awa_after)  # type: ignore[arg-type]
+        read: int | None = None
+        if older and at is None:  # resolved by JobAdmin.get_paginator; a bare paginator shows nothing older
+            return self._keyset_result([], None, older, True)
+        if self._awa_ids is not None:
+            keys = list(zip(self._awa_times or (), self._awa_ids, strict=True))
+            if older:
+                chosen = [key for key in keys if key < (at, bound)][:wanted]
+            else:
+                chosen = [key for key in keys if at is None or key > (at, bound)][-wanted:]
+            ids = [pk for _, pk in chosen]
+            rows, read = list(queryset.filter(id__in=ids)), len(ids)
+        elif older:
+            below = queryset.filter(**{f"{column}__lte": at}).exclude(**{column: at, "id__gte": bound})
+            rows = list(below.order_by(f"-{column}", "-id")[:wanted])
+        else:
+            above = queryset
+            if at is not None:
+                above = queryset.filter(**{f"{column}__gte": at}).exclude(**{column: at, "id__lte": bound})
+            rows = list(above.order_by(column, "id")[:wanted])[::-1]
+        return self._keyset_result(rows, read, older, at is not None)
+
+    def _keyset_result(self, rows: list[Any], read: int | None, older: bool, bounded_below: bool) -> Page:  # type: ignore[type-arg]
+        """A keyset page of ``rows`` (``per_page`` + 1 asked in the direction of travel), and
+        whether pages lie past it either way."""
         # Whether a page lies past this one: from the ids read when the rows were read by id (a row
         # that left the filter between the two reads shortens the page, not the list).
         more = (len(rows) if read is None else read) > self.per_page
@@ -307,7 +391,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
             self.awa_has_older, self.awa_has_newer = more, True
             rows = rows[: self.per_page]
         else:
-            self.awa_has_older, self.awa_has_newer = bound > 0, more
+            self.awa_has_older, self.awa_has_newer = bounded_below, more
             rows = rows[-self.per_page :] if more else rows
         return Page(rows, 1, self)
 

@@ -10,7 +10,7 @@ from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from awa_django.admin.helpers import AFTER_VAR, BEFORE_VAR, BoundedCountPaginator, job_link
+from awa_django.admin.helpers import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, job_link, time_order
 from awa_django.admin.search import EVERY_STATE_VAR
 from awa_django.models import Job
 
@@ -23,6 +23,7 @@ class JobChangeList(ChangeList):
     awa_completed_skipped = False  # an error text search over every state left completed jobs out
     awa_every_state_url: str = ""
     awa_newer_url = awa_older_url = awa_newest_url = awa_oldest_url = ""  # set by get_results
+    awa_time_order: str | None = None  # the time column a time filter orders the list by (time_order)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -40,7 +41,7 @@ class JobChangeList(ChangeList):
 
     def get_filters_params(self, params: Any = None) -> Any:
         lookup_params = super().get_filters_params(params)
-        for name in (EVERY_STATE_VAR, BEFORE_VAR, AFTER_VAR):  # the search's scope and the page's id bound
+        for name in (EVERY_STATE_VAR, BEFORE_VAR, AFTER_VAR, AT_VAR):  # the search's scope and the page's bound
             lookup_params.pop(name, None)  # ... not field lookups
         return lookup_params
 
@@ -57,11 +58,16 @@ class JobChangeList(ChangeList):
         keyset = paginator.awa_keyset
         has_older = paginator.awa_has_older if keyset else len(rows) == self.list_per_page
         has_newer = paginator.awa_has_newer if keyset else self.page_num > 1
-        drop = [BEFORE_VAR, AFTER_VAR, PAGE_VAR, ERROR_FLAG]
+        drop = [BEFORE_VAR, AFTER_VAR, AT_VAR, PAGE_VAR, ERROR_FLAG]
+        column = self.awa_time_order
+
+        def bound(name: str, row: Any) -> dict[str, Any]:  # a row's keyset bound: its id (and its time)
+            return {name: row.pk, AT_VAR: getattr(row, column).isoformat()} if column else {name: row.pk}
+
         if rows and has_older:
-            self.awa_older_url = self.get_query_string({BEFORE_VAR: rows[-1].pk}, drop)
+            self.awa_older_url = self.get_query_string(bound(BEFORE_VAR, rows[-1]), drop)
         if rows and has_newer:
-            self.awa_newer_url = self.get_query_string({AFTER_VAR: rows[0].pk}, drop)
+            self.awa_newer_url = self.get_query_string(bound(AFTER_VAR, rows[0]), drop)
         if has_newer:
             self.awa_newest_url = self.get_query_string({}, drop)
         if has_older:
@@ -78,4 +84,10 @@ class JobChangeList(ChangeList):
             self.awa_every_state_url = self.get_query_string({EVERY_STATE_VAR: "1"})
         # Only the listed columns: the JSON columns (args, errors, result…) can be large.
         columns: tuple[str, ...] = getattr(self.model_admin, "list_columns", ())
+        # A time filter orders the list by its column, newest first (BoundedCountPaginator pages
+        # it by that column and the id), and its rows carry the column for the keyset links.
+        self.awa_time_order = time_order(request.GET)
+        if self.awa_time_order:
+            queryset = queryset.order_by(f"-{self.awa_time_order}", "-id")
+            columns = (*columns, self.awa_time_order) if columns else columns
         return queryset.only(*columns) if columns else queryset

@@ -26,12 +26,15 @@ from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, ParkedFilter, QueueNameFilter, StateFilter
 from awa_django.admin.helpers import (
     AFTER_VAR,
+    AT_VAR,
     BEFORE_VAR,
     SEARCH_COUNT_LIMIT,
     BoundedCountPaginator,
     SafeSelectionMixin,
     parse_id,
+    parse_time,
     pretty_json,
+    time_order,
 )
 from awa_django.admin.history import HistoryMixin
 from awa_django.admin.joblist import JobChangeList
@@ -151,6 +154,9 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
             if bound is None:  # the admin answers a bad lookup by the list with ?e=1
                 raise IncorrectLookupParameters(f"{name}={brief(value, 40)}: a page's bound is a job id")
             setattr(paginator, f"awa_{name}", bound)
+        paginator.awa_order = time_order(request.GET)
+        if paginator.awa_order and paginator.awa_keyset:
+            paginator.awa_at = self._keyset_time(request, paginator.awa_order, paginator)
         term = request.GET.get(SEARCH_VAR, "").strip()
         if term and parse_id(term.lstrip("#")) is None:
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # each match a heap page or more: count fewer
@@ -158,6 +164,30 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         elif request.GET.get(KindFilter.parameter_name):
             paginator.awa_limit = SEARCH_COUNT_LIMIT  # no index on kind: its count reads rows, as a search's
         return paginator
+
+    @staticmethod
+    def _keyset_time(request: HttpRequest, column: str, paginator: BoundedCountPaginator) -> Any:
+        """The time in ``column`` of a list's keyset bound: ``?at=`` (the list's own links carry
+        it), else the bound job's own (a link made by hand, ``?before=ID``), else None for
+        ``after=0`` (the oldest page). A bound with neither is a bad lookup."""
+        text = request.GET.get(AT_VAR)
+        if text is not None:
+            value = parse_time(text)
+            if value is None:
+                raise IncorrectLookupParameters(
+                    f"{AT_VAR}={brief(text, 40)}: a page's bound time is an ISO date and time with its UTC offset"
+                )
+            return value
+        bound = int(paginator.awa_before if paginator.awa_after is None else paginator.awa_after)  # type: ignore[arg-type]
+        if paginator.awa_after == 0:
+            return None
+        found = Job.objects.filter(pk=bound).values_list(column, flat=True).first()
+        if found is None:
+            raise IncorrectLookupParameters(
+                f"{BEFORE_VAR if paginator.awa_after is None else AFTER_VAR}={bound}: no job with that id and "
+                f"a {column}; page from the list's own links (they carry {AT_VAR}=)"
+            )
+        return found
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str

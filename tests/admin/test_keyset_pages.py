@@ -7,7 +7,9 @@ would read every row before the page).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
@@ -152,3 +154,90 @@ def test_a_bound_that_is_no_job_id__is_a_bad_lookup(admin_client: Client, value:
     for name in ("before", "after"):
         refused = admin_client.get(BASE, {name: value})
         assert refused.status_code == 302 and refused["Location"].endswith("?e=1"), (name, value)
+
+
+TIME_SLOTS = 5  # the jobs' times: a few, so that many share one (the keyset's tie, settled by id)
+
+
+@pytest.mark.django_db
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=st.lists(
+        st.tuples(st.sampled_from(STATES), st.integers(0, TIME_SLOTS - 1), st.booleans()), min_size=2, max_size=40
+    ),
+    per_page=st.integers(1, 4),
+    column=st.sampled_from(["created_at", "finalized_at"]),
+    span=st.tuples(st.integers(0, TIME_SLOTS - 1), st.integers(1, TIME_SLOTS)),
+    search=st.booleans(),
+    data=st.data(),
+)
+def test_a_time_filter__orders_by_its_column_then_id_and_the_links_visit_every_match_once(
+    admin_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: list[tuple[str, int, bool]],
+    per_page: int,
+    column: str,
+    span: tuple[int, int],
+    search: bool,
+    data: st.DataObject,
+) -> None:
+    # Times and ids disagree on purpose: the slots are drawn, not rising with the ids.
+    base = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
+    Job.objects.all().delete()
+    Job.objects.bulk_create(
+        Job(
+            kind="k",
+            state=state,
+            args={"user_id": int(hit)},
+            created_at=base + timedelta(seconds=slot),
+            finalized_at=None if state == "available" else base + timedelta(seconds=slot),
+        )
+        for state, slot, hit in jobs
+    )
+    analyse_jobs()
+    low, width = span
+    since, until = base + timedelta(seconds=low), base + timedelta(seconds=low + width)
+    matching = Job.objects.filter(**{f"{column}__gte": since, f"{column}__lt": until})
+    query = urlencode({f"{column}__gte": since.isoformat(), f"{column}__lt": until.isoformat()})
+    if search:
+        matching = matching.filter(args__user_id=1)
+        query += "&q=user_id%3D1"
+    expected = list(matching.order_by(f"-{column}", "-id").values_list("pk", flat=True))
+    assume(len(expected) > per_page)
+    limit = data.draw(st.integers(per_page, len(expected) - 1), label="count bound")
+    search_limit = data.draw(st.sampled_from([limit, 1_000]), label="search's count bound")
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", limit)
+    monkeypatch.setattr(jobs_admin, "SEARCH_COUNT_LIMIT", search_limit)
+    monkeypatch.setattr(JobAdmin, "list_per_page", per_page)
+    # A search counted whole is paged by number; a keyset bound past every match pages it by key.
+    counted_whole = search and search_limit == 1_000
+    top = urlencode({"before": 2**62, "at": (base + timedelta(days=1)).isoformat()})
+    start = f"{BASE}?{query}" + (f"&{top}" if counted_whole else "")
+
+    older, pages = walk(admin_client, start, "older")
+    newer, _ = walk(admin_client, f"{BASE}?{query}&after=0", "newer")
+
+    assert older == expected
+    rising = expected[::-1]
+    assert newer == [pk for i in range(0, len(rising), per_page) for pk in reversed(rising[i : i + per_page])]
+    assert all(cl.paginator.awa_by_id and cl.awa_time_order == column for cl in pages)
+    # A bound made by hand (the id alone) lands where the list's own link (id and time) does.
+    if len(pages) > 1:
+        by_hand = admin_client.get(f"{BASE}?{query}&before={list(pages[0].result_list)[-1].pk}")
+        assert [job.pk for job in by_hand.context["cl"].result_list] == [job.pk for job in pages[1].result_list]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("bound", "why"),
+    [
+        ({"before": "1", "at": "x"}, "not a time"),
+        ({"before": "1", "at": "2026-12-05T06:00:00"}, "no UTC offset"),
+        ({"before": str(2**40)}, "no such job, no time given"),
+    ],
+)
+def test_a_time_ordered_lists_bad_bound__is_a_bad_lookup(admin_client: Client, bound: dict[str, str], why: str) -> None:
+    Job.objects.bulk_create(Job(kind="k", state="completed") for _ in range(3))
+    span = {"created_at__gte": "2026-01-01T00:00:00+00:00", "created_at__lt": "2100-01-01T00:00:00+00:00"}
+    refused = admin_client.get(BASE, {**span, **bound})
+    assert refused.status_code == 302 and refused["Location"].endswith("?e=1"), why
