@@ -8,7 +8,8 @@ server of this checkout, ``.pgdata``). For each in turn: ``ALTER DATABASE ... SE
 log_min_duration_statement = 0``, one ``manage.py awa_worker -q bench`` of that checkout started
 on it with no job to run, and after 8 s of start-up, the server's log read for ``--seconds``; then
 the setting is reset. Printed: statements a second, each statement (its first line: the SQL
-files' comment names it) with its rate. Only executions are counted (a prepared statement's parse
+files' comment names it) with its rate and its server milliseconds a second (the logged durations:
+what an idle worker's side work costs the server, which a pickup meets when they coincide). Only executions are counted (a prepared statement's parse
 and bind have log lines of their own).
 """
 
@@ -29,7 +30,7 @@ DATA = ROOT / ".pgdata"
 LOG = DATA / "log"  # the embedded server's stderr (testproject/embedded.py)
 # One line per statement run: "statement:" (simple protocol) or "execute <name>:" (extended); a
 # prepared statement's parse and bind are logged on lines of their own, not counted.
-LINE = re.compile(r"LOG:  duration: [\d.]+ ms  (?:statement|execute [^:]*): (.*)")
+LINE = re.compile(r"LOG:  duration: ([\d.]+) ms  (?:statement|execute [^:]*): (.*)")
 
 
 def admin(sql: str) -> None:
@@ -39,7 +40,8 @@ def admin(sql: str) -> None:
         conn.execute(sql)  # a bench's own constant statements, with the database names it was given
 
 
-def measure(checkout: Path, db: str, seconds: float) -> collections.Counter[str]:
+def measure(checkout: Path, db: str, seconds: float) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Each statement's executions, and its milliseconds on the server (the logged durations)."""
     admin(f"ALTER DATABASE {db} SET log_min_duration_statement = 0")
     env = dict(os.environ, DATABASE_URL=f"postgresql://postgres@/{db}?host={DATA}", PYTHONPATH=str(checkout))
     worker = subprocess.Popen(
@@ -61,7 +63,13 @@ def measure(checkout: Path, db: str, seconds: float) -> collections.Counter[str]
     with open(LOG, "rb") as log:
         log.seek(start)
         text = log.read(end - start).decode(errors="replace")
-    return collections.Counter(match.group(1).strip()[:100] for match in LINE.finditer(text))
+    counts: collections.Counter[str] = collections.Counter()
+    busy: collections.Counter[str] = collections.Counter()
+    for match in LINE.finditer(text):
+        statement = match.group(2).strip()[:100]
+        counts[statement] += 1
+        busy[statement] += float(match.group(1))  # type: ignore[assignment]
+    return counts, busy
 
 
 def main() -> None:
@@ -77,10 +85,13 @@ def main() -> None:
         checkout, _, db = target.rpartition(":")
         if not checkout or not re.fullmatch(r"[a-z_][a-z0-9_]*", db):
             raise SystemExit(f"{target!r}: give CHECKOUT:DATABASE, e.g. .:awa_idle (a lower-case database name)")
-        counts = measure(Path(checkout).resolve(), db, args.seconds)
-        print(f"== {checkout} {db}: {sum(counts.values()) / args.seconds:.1f} statements/s")
+        counts, busy = measure(Path(checkout).resolve(), db, args.seconds)
+        print(
+            f"== {checkout} {db}: {sum(counts.values()) / args.seconds:.1f} statements/s, "
+            f"{sum(busy.values()) / args.seconds:.2f} ms/s on the server"
+        )
         for statement, n in counts.most_common(30):
-            print(f"  {n / args.seconds:6.2f}/s  {statement}")
+            print(f"  {n / args.seconds:6.2f}/s {busy[statement] / args.seconds:6.3f} ms/s  {statement}")
 
 
 if __name__ == "__main__":

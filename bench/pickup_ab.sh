@@ -3,6 +3,7 @@
 # bisection of the pickup tail):
 #
 #   bash bench/pickup_ab.sh 52be52e 5048153 3     # three rounds, the order swapped every round
+#   bash bench/pickup_ab.sh 52be52e d99ba05 4b94707 3   # more commits: the order rotated every round
 #
 # Each run checks the commit out in a git worktree (/tmp/awa-pickup-ab), sets its bench's pickup
 # samples to $SAMPLES (600; a p99 of 200 is its two slowest), adds django.contrib.postgres to its
@@ -11,7 +12,9 @@
 # cluster (bench/run.py's default). Prints one line per run: commit, pickup p50 / p95 / p99 in ms.
 # One run's p99 moves by half a millisecond on the same code: compare commits by rounds, not runs.
 set -euo pipefail
-a=$1 b=$2 rounds=${3:-3}
+if [ $# -lt 3 ]; then echo "usage: $0 COMMIT COMMIT [COMMIT...] ROUNDS" >&2; exit 2; fi
+rounds=${*: -1}
+commits=("${@:1:$#-1}")
 SAMPLES=${SAMPLES:-600}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
@@ -31,8 +34,12 @@ run() {
   echo "$commit $(grep -i 'pickup latency p\(50\|95\|99\)' "$logs/$commit.out" | awk -F'|' '{printf "%s ", $3}')"
 }
 
+n=${#commits[@]}
 for round in $(seq 1 "$rounds"); do
-  if [ $((round % 2)) = 1 ]; then order="$a $b"; else order="$b $a"; fi
-  for commit in $order; do run "$commit"; done
+  # Two commits: swapped every round. More: rotated by one every round, so each runs in every place.
+  for i in $(seq 0 $((n - 1))); do
+    if [ "$n" = 2 ] && [ $((round % 2)) = 0 ]; then j=$((1 - i)); else j=$(((i + round - 1) % n)); fi
+    run "${commits[$j]}"
+  done
 done
 git -C "$ROOT" worktree remove --force "$tree" >/dev/null 2>&1 || true
