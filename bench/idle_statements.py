@@ -9,8 +9,8 @@ log_min_duration_statement = 0``, one ``manage.py awa_worker -q bench`` of that 
 on it with no job to run, and after 8 s of start-up, the server's log read for ``--seconds``; then
 the setting is reset. Printed: statements a second, each statement (its first line: the SQL
 files' comment names it) with its rate and its server milliseconds a second (the logged durations:
-what an idle worker's side work costs the server, which a pickup meets when they coincide). Only executions are counted (a prepared statement's parse
-and bind have log lines of their own).
+what an idle worker's side work costs the server, which a pickup meets when they coincide). Only
+executions are counted (a prepared statement's parse and bind have log lines of their own).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from awa_django.admin.helpers import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, job_link, time_order
+from awa_django.admin.helpers import job_link
+from awa_django.admin.paging import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, time_order
 from awa_django.admin.search import EVERY_STATE_VAR
 from awa_django.models import Job
 

@@ -24,20 +24,10 @@ from awa_django.admin.deleting import confirm_delete, workflow_impact
 from awa_django.admin.failures import FailuresMixin
 from awa_django.admin.fairkeys import key_label
 from awa_django.admin.filters import FairKeyFilter, KindFilter, ParkedFilter, QueueNameFilter, StateFilter
-from awa_django.admin.helpers import (
-    AFTER_VAR,
-    AT_VAR,
-    BEFORE_VAR,
-    SEARCH_COUNT_LIMIT,
-    BoundedCountPaginator,
-    SafeSelectionMixin,
-    parse_id,
-    parse_time,
-    pretty_json,
-    time_order,
-)
+from awa_django.admin.helpers import SEARCH_COUNT_LIMIT, SafeSelectionMixin, parse_id, pretty_json
 from awa_django.admin.history import HistoryMixin
 from awa_django.admin.joblist import JobChangeList
+from awa_django.admin.paging import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, parse_time, time_order
 from awa_django.admin.running import RunningNowMixin
 from awa_django.admin.search import (
     EVERY_STATE_VAR,

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from awa_django.admin import jobs as jobs_admin
-from awa_django.admin.helpers import BoundedCountPaginator
 from awa_django.admin.jobs import JobAdmin
+from awa_django.admin.paging import BoundedCountPaginator
 from awa_django.models import Job
 
 BASE = "/admin/awa/job/"

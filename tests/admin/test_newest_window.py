@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from awa_django.admin import jobs
-from awa_django.admin.helpers import BoundedCountPaginator
+from awa_django.admin.paging import BoundedCountPaginator
 from awa_django.models import Job
 
 JOB_TABLE = f'"{Job._meta.db_table}"'  # the quoted table (or view) the model reads

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from awa_django.admin.helpers import BoundedCountPaginator, _scan_rows, _sort_share
+from awa_django.admin.paging import BoundedCountPaginator, _scan_rows, _sort_share
 from awa_django.models import Job
 
 
