@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from awa_django.admin.helpers import job_link
-from awa_django.admin.paging import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, time_order
+from awa_django.admin.paging import AFTER_VAR, AT_VAR, BEFORE_VAR, BoundedCountPaginator, bound_time, time_order
 from awa_django.admin.search import EVERY_STATE_VAR
 from awa_django.models import Job
 
@@ -36,6 +36,13 @@ class JobChangeList(ChangeList):
         # ``preserved_filters``, which Django reads only to decorate these links.
         self._awa_link = job_link(self.model_admin.admin_site.name, self.preserved_filters)
         self.preserved_filters = ""
+        # The page's keyset bound belongs to this list: its own links are made (get_results), and
+        # every other link (a filter's choice, the search form, a sort) starts a list anew from
+        # its newest page. Kept, a bound would page another list: a created_at time read as a
+        # finalized_at one when the filter changes, or an id far down a list the new filter makes.
+        for name in (BEFORE_VAR, AFTER_VAR, AT_VAR):
+            self.params.pop(name, None)
+            self.filter_params.pop(name, None)
 
     def url_for_result(self, result: Any) -> str:
         return self._awa_link(result.pk)
@@ -63,7 +70,7 @@ class JobChangeList(ChangeList):
         column = self.awa_time_order
 
         def bound(name: str, row: Any) -> dict[str, Any]:  # a row's keyset bound: its id (and its time)
-            return {name: row.pk, AT_VAR: getattr(row, column).isoformat()} if column else {name: row.pk}
+            return {name: row.pk, AT_VAR: bound_time(getattr(row, column))} if column else {name: row.pk}
 
         if rows and has_older:
             self.awa_older_url = self.get_query_string(bound(BEFORE_VAR, rows[-1]), drop)

@@ -4,13 +4,15 @@ links of a list too long to count (by id, or by time under a time filter, issue 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import connections, transaction
 from django.db.models import F, QuerySet
+from django.utils import timezone
 from django.utils.functional import cached_property
 
 from awa_django.services.stats import COUNT_LIMIT, estimated_job_count
@@ -41,14 +43,24 @@ def time_order(params: Any) -> str | None:
 
 
 def parse_time(text: str) -> datetime | None:
-    """An aware datetime from ISO text (a keyset bound's ``at``), or None."""
+    """A keyset bound's ``at`` from ISO text, as the database's datetimes are read (``bound_time``),
+    or None. With USE_TZ, the text must carry its UTC offset, and the value is taken to UTC (Postgres
+    refuses offsets past ±15:59, which ISO text may carry); without it, an aware time is taken to
+    the default time zone, as Django stores naive ones."""
     if len(text) > 64:
         return None
     try:
         value = datetime.fromisoformat(text)
-    except ValueError:
+        if settings.USE_TZ:
+            return value.astimezone(UTC) if value.tzinfo is not None else None
+        return timezone.make_naive(value) if value.tzinfo is not None else value
+    except (ValueError, OverflowError):  # not ISO; or past datetime's range once moved to UTC
         return None
-    return value if value.tzinfo is not None else None
+
+
+def bound_time(value: datetime) -> str:
+    """A row's time as a keyset bound's ``at`` text: ISO, in UTC with USE_TZ (naive without it)."""
+    return (value.astimezone(UTC) if value.tzinfo is not None else value).isoformat()
 
 
 def _scan_rows(node: dict[str, Any]) -> tuple[float, dict[str, float]]:
@@ -108,7 +120,7 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     awa_estimated = False
     awa_capped = False
     awa_read_ids = False  # count a search by reading its ids (JobAdmin.get_paginator sets it)
-    _awa_ids: list[int] | None = None  # the search's matching ids, in the list's order, when at most awa_limit
+    _awa_ids: list[int] | None = None  # the search's matching ids, newest first (by time under a time order)
     _awa_times: list[datetime] | None = None  # ... and their times, under a time order
 
     @cached_property
@@ -190,11 +202,12 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
         # the time column's index to the span asked.
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and queryset.query.where and self.count:
-            if self._awa_ids is not None:  # in the list's order, as its queryset's
+            newest_first = bool(queryset.query.order_by) and set(queryset.query.order_by) <= {"-id", "-pk"}
+            if self._awa_ids is not None and (self.awa_order or newest_first):  # the ids are in this order
                 number = self.validate_number(number)
                 bottom, top = self._bounds(number)
                 return Page(list(queryset.filter(id__in=self._awa_ids[bottom:top])), number, self)
-            if queryset.query.order_by and set(queryset.query.order_by) <= {"-id", "-pk"}:  # the list's order
+            if newest_first:  # the list's own order (an ascending one, ?o=0, is the planner's)
                 if not self.awa_capped:
                     self.object_list = queryset.order_by((F("id") + 0).desc())
                 else:

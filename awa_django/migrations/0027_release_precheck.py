@@ -10,10 +10,10 @@ costed for an array of unknown length, with the custom plans for the arrays it w
 keeps choosing custom ones. Two ``EXISTS`` probes, each an index probe stopped at its first row,
 cost the same in a generic plan as in a custom one, so Postgres keeps their generic plans.
 
-The probes read what the old first step read, each in a snapshot of its own taken when it runs
-(the function is volatile): an edge or waiter committed while the completion waited on a row lock
-is seen, as ``tests/workflows/test_late_edges.py`` requires. Anything found takes the function's
-path as before, from its first step.
+The probes read what the old first step read, in a snapshot taken when the check runs (the
+function is volatile), not the calling statement's: an edge or waiter committed while the
+completion waited on a row lock is seen, as ``tests/workflows/test_late_edges.py`` requires.
+Anything found takes the function's path as before, from its first step.
 
 Measured with pgbench, eight clients, one atomic attempt per transaction (BEGIN, the handler's
 one-row insert, ``complete_job``, COMMIT; bench/README.md "Atomic handlers: the release's

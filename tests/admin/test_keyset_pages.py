@@ -241,3 +241,88 @@ def test_a_time_ordered_lists_bad_bound__is_a_bad_lookup(admin_client: Client, b
     span = {"created_at__gte": "2026-01-01T00:00:00+00:00", "created_at__lt": "2100-01-01T00:00:00+00:00"}
     refused = admin_client.get(BASE, {**span, **bound})
     assert refused.status_code == 302 and refused["Location"].endswith("?e=1"), why
+
+
+def make_timed_jobs(base: datetime, slots: list[int]) -> list[int]:
+    """Completed jobs created (and finished) ``slot`` seconds after ``base``; their ids."""
+    made = Job.objects.bulk_create(
+        Job(
+            kind="k",
+            state="completed",
+            args={"user_id": 1},
+            created_at=base + timedelta(seconds=slot),
+            finalized_at=base + timedelta(seconds=slot),
+        )
+        for slot in slots
+    )
+    return [job.pk for job in made]
+
+
+@pytest.mark.django_db
+def test_a_search_sorted_oldest_first__shows_its_oldest_matches_first(admin_client: Client) -> None:
+    # A search under its count's bound reads its ids newest first; a list sorted by ascending id
+    # (the id column's header, ?o=1) must not be paged from them.
+    ids = make_timed_jobs(datetime(2026, 12, 5, 6, 0, tzinfo=UTC), [0, 1, 2, 3, 4, 5])
+    analyse_jobs()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(JobAdmin, "list_per_page", 2)
+        ascending = admin_client.get(BASE, {"q": "user_id=1", "o": "1"}).context["cl"]
+        descending = admin_client.get(BASE, {"q": "user_id=1", "o": "-1"}).context["cl"]
+    assert [job.pk for job in ascending.result_list] == sorted(ids)[:2]
+    assert [job.pk for job in descending.result_list] == sorted(ids, reverse=True)[:2]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_a_time_filters_links__page_it_whole_with_and_without_time_zone_support(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch, settings: Any, use_tz: bool
+) -> None:
+    settings.USE_TZ = use_tz
+    base = datetime(2026, 12, 5, 6, 0, 0, 123456, tzinfo=UTC if use_tz else None)  # microseconds kept
+    ids = make_timed_jobs(base, [0, 0, 1, 2, 2, 2, 3])
+    analyse_jobs()
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", 2)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 2)
+    span = urlencode({"created_at__gte": base.isoformat(), "created_at__lt": (base + timedelta(hours=1)).isoformat()})
+    expected = list(Job.objects.filter(pk__in=ids).order_by("-created_at", "-id").values_list("pk", flat=True))
+
+    older, pages = walk(admin_client, f"{BASE}?{span}", "older")
+
+    assert older == expected and len(pages) == 4
+    assert all(cl.awa_time_order == "created_at" for cl in pages)
+
+
+@pytest.mark.django_db
+def test_a_bound_time_with_any_utc_offset__is_the_same_instant(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ISO text may carry offsets Postgres refuses (past ±15:59): the bound is read as its instant.
+    base = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
+    ids = make_timed_jobs(base, [0, 1, 2, 3])
+    analyse_jobs()
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", 1)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 1)
+    span = {"created_at__gte": base.isoformat(), "created_at__lt": (base + timedelta(hours=1)).isoformat()}
+    at = base + timedelta(seconds=2)
+    pages = [
+        admin_client.get(BASE, {**span, "before": str(ids[2]), "at": text})
+        for text in (at.isoformat(), "2026-12-06T02:00:02+20:00", "2026-12-04T14:00:02-16:00")
+    ]
+    assert [response.status_code for response in pages] == [200, 200, 200]
+    assert {tuple(job.pk for job in response.context["cl"].result_list) for response in pages} == {(ids[1],)}
+
+
+@pytest.mark.django_db
+def test_other_links_of_a_keyset_page__start_their_list_at_its_newest_page(admin_client: Client) -> None:
+    # A filter's choice, the search form and a sort keep the list's filters but not its page's bound:
+    # a created_at time must never be read as a finalized_at one.
+    base = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
+    ids = make_timed_jobs(base, [0, 1, 2])
+    span = {"created_at__gte": base.isoformat(), "created_at__lt": (base + timedelta(hours=1)).isoformat()}
+    response = admin_client.get(BASE, {**span, "before": str(ids[2]), "at": (base + timedelta(seconds=2)).isoformat()})
+    cl = response.context["cl"]
+    link = cl.get_query_string({"finalized_at__gte": base.isoformat()})
+    html = response.content.decode()
+
+    assert "before=" not in link and "at=" not in link and "created_at__gte=" in link
+    assert 'name="before"' not in html and 'name="at"' not in html  # the search form's hidden fields
