@@ -55,11 +55,23 @@ def walk(client: Client, url: str, link: str) -> tuple[list[int], list[Any]]:
     raise AssertionError(f"more than 200 pages following {link} from {url}")
 
 
-def chunked_newest_first(ids: list[int], size: int) -> list[int]:
-    """``ids`` (any order) as the newer links show them: the oldest ``size`` first, each page
-    newest first."""
-    rising = sorted(ids)
+def chunked_newest_first(newest_first: list[int], size: int) -> list[int]:
+    """The list's ids (in its order, newest first) as the newer links show them: the oldest
+    ``size`` first, each page newest first."""
+    rising = newest_first[::-1]
     return [pk for i in range(0, len(rising), size) for pk in reversed(rising[i : i + size])]
+
+
+def bound_the_count(monkeypatch: pytest.MonkeyPatch, data: st.DataObject, matches: int, per_page: int) -> int:
+    """Page size ``per_page``, and the count's bound drawn below the ``matches`` (so the list is
+    estimated or capped) and at least a page (as in the console: 10,000 and 50). A search reads its
+    matches' ids when they are fewer than its own bound, also drawn: that bound, returned."""
+    limit = data.draw(st.integers(per_page, matches - 1), label="count bound")
+    search_limit = data.draw(st.sampled_from([limit, 1_000]), label="search's count bound")
+    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", limit)
+    monkeypatch.setattr(jobs_admin, "SEARCH_COUNT_LIMIT", search_limit)
+    monkeypatch.setattr(JobAdmin, "list_per_page", per_page)
+    return search_limit
 
 
 @pytest.mark.django_db
@@ -89,14 +101,9 @@ def test_older_and_newer_links__visit_every_match_once_in_order(
         matching = matching.filter(args__user_id=1)
     expected = list(matching.order_by("-id").values_list("pk", flat=True))
     assume(len(expected) > per_page)
-    # The count's bound below the matches (so the list is estimated or capped) and at least a page
-    # (as in the console: 10,000 and 50). A search reads its matches' ids when they are fewer than
-    # its own bound: then only a page's id bound pages it by id (the walk starts with one).
-    limit = data.draw(st.integers(per_page, len(expected) - 1), label="count bound")
-    search_limit = data.draw(st.sampled_from([limit, 1_000]), label="search's count bound")
-    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", limit)
-    monkeypatch.setattr(jobs_admin, "SEARCH_COUNT_LIMIT", search_limit)
-    monkeypatch.setattr(JobAdmin, "list_per_page", per_page)
+    # A search counted whole (under its own bound) is paged by id only from a page's id bound (the
+    # walk starts with one).
+    search_limit = bound_the_count(monkeypatch, data, len(expected), per_page)
     counted_whole = "q=" in query and search_limit == 1_000
     start = f"{BASE}?{query}" + (f"&before={2**62}" if counted_whole else "")
 
@@ -204,11 +211,7 @@ def test_a_time_filter__orders_by_its_column_then_id_and_the_links_visit_every_m
         query += "&q=user_id%3D1"
     expected = list(matching.order_by(f"-{column}", "-id").values_list("pk", flat=True))
     assume(len(expected) > per_page)
-    limit = data.draw(st.integers(per_page, len(expected) - 1), label="count bound")
-    search_limit = data.draw(st.sampled_from([limit, 1_000]), label="search's count bound")
-    monkeypatch.setattr(BoundedCountPaginator, "awa_limit", limit)
-    monkeypatch.setattr(jobs_admin, "SEARCH_COUNT_LIMIT", search_limit)
-    monkeypatch.setattr(JobAdmin, "list_per_page", per_page)
+    search_limit = bound_the_count(monkeypatch, data, len(expected), per_page)
     # A search counted whole is paged by number; a keyset bound past every match pages it by key.
     counted_whole = search and search_limit == 1_000
     top = urlencode({"before": 2**62, "at": (base + timedelta(days=1)).isoformat()})
@@ -218,8 +221,7 @@ def test_a_time_filter__orders_by_its_column_then_id_and_the_links_visit_every_m
     newer, _ = walk(admin_client, f"{BASE}?{query}&after=0", "newer")
 
     assert older == expected
-    rising = expected[::-1]
-    assert newer == [pk for i in range(0, len(rising), per_page) for pk in reversed(rising[i : i + per_page])]
+    assert newer == chunked_newest_first(expected, per_page)
     assert all(cl.paginator.awa_by_id and cl.awa_time_order == column for cl in pages)
     # A bound made by hand (the id alone) lands where the list's own link (id and time) does.
     if len(pages) > 1:
