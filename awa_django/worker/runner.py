@@ -50,6 +50,7 @@ from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
 from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
 from awa_django.context import ClaimedJob
 from awa_django.sql import statements
+from awa_django.worker.attempts import Attempts
 from awa_django.worker.backlog import Backlog, ProbeSeen, Verdict
 from awa_django.worker.claims import Claim, ClaimSource
 from awa_django.worker.config import QueueConfig, WorkerConfig
@@ -61,8 +62,7 @@ from awa_django.worker.stop import Stop
 
 logger = logging.getLogger(__name__)
 
-# Starts a claimed job's attempt on its permit, with the queue's deadline (attempts.Attempts.start).
-StartAttempt = Callable[[ClaimedJob, Permit, "float | None"], None]
+# Starts a runner's task, watched by the supervisor (supervisor.Worker._spawn).
 Spawn = Callable[[str, Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
 
@@ -469,7 +469,7 @@ class QueueRunner:
             return
         self._claimed += len(jobs)
         permits = claim.source.attempt_permits(jobs, claim.permits, self._claimable)
-        start, deadline = self._runners.start_attempt, self._config.deadline
+        start, deadline = self._runners.attempts.start, self._config.deadline
         for job, permit in zip(jobs, permits, strict=False):
             start(job, permit, deadline)
 
@@ -484,7 +484,8 @@ class QueueRunner:
 
 
 class Runners(Mapping[str, QueueRunner]):
-    """This worker's queue runners by name, and what they share: the allocator, the pool, the stop.
+    """This worker's queue runners by name, and what they share: the allocator, the pool, the stop,
+    and the attempts (``Attempts.start``), where every job they claim starts.
 
     A mapping: the other parts of the worker reach a queue's runner by name (``runners.get(queue)``)
     and ask it. Beside that, it routes the writer's freed permits (``HandOver``): it splits them by
@@ -493,28 +494,27 @@ class Runners(Mapping[str, QueueRunner]):
     """
 
     def __init__(
-        self, config: WorkerConfig, allocator: Allocator, pool: AsyncConnectionPool, stop: Stop, worker: str = ""
+        self,
+        config: WorkerConfig,
+        allocator: Allocator,
+        pool: AsyncConnectionPool,
+        stop: Stop,
+        *,
+        attempts: Attempts,
+        spawn: Spawn,
+        worker: str = "",
     ) -> None:
         self.allocator = allocator
+        self.attempts = attempts  # where a claimed job starts: Attempts.start, on its permit
+        self._spawn = spawn  # how a runner's task is started (the supervisor's, which watches it)
         self.worker = worker  # host:pid, written to each claimed row's attempted_by
         self.pool = pool
         self.stop = stop
         self.capacity_scope = config.capacity_scope
         self.global_max_workers = config.global_max_workers
         self._runners: dict[str, QueueRunner] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._spawn: Spawn | None = None
-        self._start_attempt: StartAttempt | None = None
         self._wake_scheduled = False
         allocator.on_release = self._on_release
-
-    def open(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, start_attempt: StartAttempt) -> None:
-        """Bind to the running loop: where runner tasks are spawned and claimed jobs start."""
-        self._loop, self._spawn, self._start_attempt = loop, spawn, start_attempt
-
-    def start_attempt(self, job: ClaimedJob, permit: Permit, deadline: float | None) -> None:
-        assert self._start_attempt is not None, "Runners.open() first"
-        self._start_attempt(job, permit, deadline)
 
     # Mapping: read access for the supervisor's views and for tests.
     def __getitem__(self, name: str) -> QueueRunner:
@@ -528,7 +528,6 @@ class Runners(Mapping[str, QueueRunner]):
 
     def serve(self, config: QueueConfig) -> QueueRunner:
         """Start a runner for a queue not served before (its task is ``awa-runner-<queue>``)."""
-        assert self._spawn is not None, "Runners.open() first"
         runner = QueueRunner(self, config)
         self._runners[config.name] = runner
         self._spawn(f"awa-runner-{config.name}", runner.run())
@@ -641,7 +640,7 @@ class Runners(Mapping[str, QueueRunner]):
             return
         release_all(claim.permits[len(jobs) :])  # pragma: no cover - runners are never removed
         for job, permit in zip(jobs, claim.permits, strict=False):
-            self.start_attempt(job, permit, None)
+            self.attempts.start(job, permit, None)
 
     def abandon(self, queue: str, claim: Claim) -> None:
         """completer.HandOver: the write carrying ``queue``'s hand-over claim stopped unanswered."""
@@ -654,11 +653,13 @@ class Runners(Mapping[str, QueueRunner]):
         per loop turn, however many permits a batch gives back)."""
         if self._wake_scheduled:
             return
-        if self._loop is None:
+        try:
+            loop = asyncio.get_running_loop()  # permits are released on the worker's loop
+        except RuntimeError:  # no loop runs (a hand-over planned by a test): wake them now
             self._wake_waiting_now()
             return
         self._wake_scheduled = True
-        self._loop.call_soon_threadsafe(self._wake_waiting_now)
+        loop.call_soon(self._wake_waiting_now)
 
     def refused(self, queue: str) -> None:
         """``queue``'s runner asked for permits and got none. In weighted mode a release wakes

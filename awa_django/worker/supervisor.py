@@ -92,10 +92,11 @@ class Worker:
         stop = Stop()
         pool = make_pool(config.database_alias, config.pool_size)
         identity = Identity()
-        runners = Runners(config, allocator, pool, stop, worker=identity.name)
         self.executor = Executor(registry, config.sync_threads, alias=config.database_alias)
-        self.completer = Completer(pool, hand_over=runners)
+        self.completer = Completer(pool)
         attempts = Attempts(self.executor, self.completer, registry=registry, metrics=metrics, stop=stop)
+        runners = Runners(config, allocator, pool, stop, attempts=attempts, spawn=self._spawn, worker=identity.name)
+        self.completer.hand_over = runners  # the writer passes freed permits to the queues' next jobs
         self.runtime = runtime = Runtime(
             config=config,
             identity=identity,
@@ -248,7 +249,6 @@ class Worker:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         runtime = self.runtime
-        runtime.runners.open(self.loop, self._spawn, runtime.attempts.start)
         self._install_signals()
         await retrying("opening the connection pool", self._open_pool)
         names = list(self.config.queues)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ from tests.harness import make_config
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """A loop the runners bind to and never run (a released permit schedules a wake-up on it)."""
+    """A loop for the runners' stand-in tasks (their loops are never run: planning alone is tested)."""
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
@@ -45,7 +46,6 @@ def _runners(
     loop: asyncio.AbstractEventLoop, allocator: Allocator, queues: dict[str, QueueConfig], **overrides: Any
 ) -> Runners:
     config = make_config(queues, **overrides)
-    runners = Runners(config, allocator, pool=None, stop=Stop(), worker="test:1")  # type: ignore[arg-type]
     spawned = []
 
     def spawn(name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -54,7 +54,16 @@ def _runners(
         spawned.append(task)
         return task
 
-    runners.open(loop, spawn, lambda job, permit, deadline: None)
+    attempts = SimpleNamespace(start=lambda job, permit, deadline: None)  # no job is run here
+    runners = Runners(
+        config,
+        allocator,
+        pool=None,
+        stop=Stop(),
+        attempts=attempts,
+        spawn=spawn,
+        worker="test:1",  # type: ignore[arg-type]
+    )
     for queue in queues.values():
         runners.serve(queue)
     loop.run_until_complete(asyncio.gather(*spawned))
