@@ -58,11 +58,11 @@ def _runners(
     runners = Runners(
         config,
         allocator,
-        pool=None,
+        pool=None,  # type: ignore[arg-type]  # no claim runs here
         stop=Stop(),
-        attempts=attempts,
+        attempts=attempts,  # type: ignore[arg-type]
         spawn=spawn,
-        worker="test:1",  # type: ignore[arg-type]
+        worker="test:1",
     )
     for queue in queues.values():
         runners.serve(queue)
