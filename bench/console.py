@@ -104,20 +104,27 @@ BRANCHES = (("awa_job_done_completed", "awa_job_done_c_"), ("awa_job_done_failed
 PARTITION = "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {branch} FOR VALUES FROM ({lower}) TO ({upper})"
 
 
-def prepare_partitions(conn: Any) -> None:
-    """Daily range partitions of each branch of awa_job_done over the history's span and two days
-    ahead, as the leader's retention keeps them for a retention of a day or more: the rows land in
-    their own day's partition, not in the DEFAULT one."""
+def prepare_partitions(conn: Any, span_seconds: int = SPAN_SECONDS, width: timedelta | None = None) -> None:
+    """Range partitions of each branch of awa_job_done over the history's span and two widths
+    ahead, as the leader's retention keeps them for the default retentions (``retention.width_for``:
+    an hour for the completed jobs' day, six hours for the failed jobs' week), or of ``width`` (a
+    day, as until 2026-12-06, to compare): the rows land in their own partition, not the DEFAULT one."""
     from psycopg import sql
 
-    today = conn.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'").fetchone()[0]
-    days = [today + timedelta(days=n) for n in range(-(SPAN_SECONDS // 86_400) - 1, 3)]  # a day back at least
-    for branch, prefix in BRANCHES:
-        for lower in days:
+    from awa_django import defaults
+    from awa_django.worker import retention
+
+    now = conn.execute("SELECT now()").fetchone()[0]
+    keeps = (defaults.COMPLETED_RETENTION_DEFAULT, defaults.FAILED_RETENTION_DEFAULT)
+    for (branch, prefix), keep in zip(BRANCHES, keeps, strict=True):
+        step = width or retention.width_for(timedelta(seconds=keep))
+        lower = retention.floor_to(now - timedelta(seconds=span_seconds + 86_400), step)  # a day more back
+        while lower < now + 2 * step:
             name = f"{prefix}{lower.astimezone(UTC):%Y%m%d_%H%M}"
-            upper = lower + timedelta(days=1)
+            upper = lower + step
             names = {"name": sql.Identifier(name), "branch": sql.Identifier(branch)}
             conn.execute(sql.SQL(PARTITION).format(**names, lower=sql.Literal(lower), upper=sql.Literal(upper)))
+            lower = upper
 
 
 # Indexes of awa_job_done proposed for the console by this bench (issue 43), now in migration 0023:
@@ -149,13 +156,13 @@ def proposed_indexes(build: bool) -> None:
         conn.execute("ANALYZE awa_job_done")
 
 
-def build(rows: int, span_seconds: int = SPAN_SECONDS) -> None:
+def build(rows: int, span_seconds: int = SPAN_SECONDS, width: timedelta | None = None) -> None:
     with floor.connect() as conn:
         done = storage(conn)
         tables = ["awa_job", *([done] if done else [])]
         conn.execute(f"TRUNCATE {', '.join(tables)}, awa_history, awa_history_mark")  # names of ours
         if done:
-            prepare_partitions(conn)
+            prepare_partitions(conn, span_seconds, width)
         started = time.monotonic()
         for first in range(1, rows + 1, CHUNK):
             last = min(first + CHUNK - 1, rows)
@@ -371,6 +378,12 @@ def main() -> None:
         "has 20 M a day's jobs per hour, for the time filters",
     )
     parser.add_argument(
+        "--width-hours",
+        type=float,
+        help="the history's partitions' width when built (default: the worker's, an hour for a day's retention; "
+        "24: a day, as until 2026-12-06)",
+    )
+    parser.add_argument(
         "--hour",
         type=datetime.fromisoformat,
         help="the time filters' hour (ISO, e.g. 2026-12-05T07:00+00:00; default: the one that began 3 hours ago)",
@@ -391,7 +404,7 @@ def main() -> None:
         parser.error(f"--db {args.db!r}: give a name of letters, digits and _ starting with console_")
     floor.setup(args.db)
     if not args.reuse:
-        build(args.rows, round(args.span_hours * 3600))
+        build(args.rows, round(args.span_hours * 3600), timedelta(hours=args.width_hours) if args.width_hours else None)
     if args.schema:
         migrate_awa(args.schema)
     if args.roll_up or not (args.reuse or args.no_rollup):

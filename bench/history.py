@@ -273,20 +273,34 @@ def mix(rows: int) -> dict[str, int]:
     return counts
 
 
-async def _day_partitions(conn: Any, lower: datetime) -> None:
-    """Both branches' day partition from ``lower``, where missing."""
+async def _history_partitions(conn: Any, since: datetime, width: timedelta | None) -> None:
+    """Both branches' range partitions from ``since`` on, where missing: each of ``width``, or (None)
+    of the width a worker with the default retentions makes (``retention.width_for``), up to the
+    current one; ``_ensure`` then makes the ones ahead."""
     from awa_django.worker import retention
 
+    config = default_config()
     existing = await retention.list_partitions(conn)
+    now = datetime.now(UTC)
     for branch in retention.BRANCHES:
-        if not any(p.lower == lower for p in existing[branch.table]):
-            await _create_range(conn, lower, lower + timedelta(days=1), (branch.table,))
+        step = width or retention.width_for(retention.branch_retention(branch, config))
+        lower = retention.floor_to(since, step)
+        while lower <= now:
+            if not any(p.lower <= lower < p.upper for p in existing[branch.table]):
+                await _create_range(conn, lower, lower + step, (branch.table,))
+            lower += step
 
 
-def build_history(rows: int, rebuild: bool, name: str = HISTORY) -> str:
+def build_history(
+    rows: int, rebuild: bool, name: str = HISTORY, today: bool = False, width: timedelta | None = None
+) -> str:
     """The history database with ``rows`` rows of the issue's mix: reused when it holds them, grown
     when it holds fewer (the new finished jobs spread over the last 24 hours like the first ones),
-    built from nothing otherwise (or with ``rebuild``)."""
+    built from nothing otherwise (or with ``rebuild``). With ``today``, the finished jobs are spread
+    over today (UTC) up to three minutes ago instead: all of them in the day's current partitions,
+    which the bench's completions go to, as on a busy site late in the day. ``width``: the range
+    partitions' width (None: the worker's own, ``retention.width_for``; a day, as the worker made
+    them until 2026-12-06, to compare)."""
     prepare(name)
     counts = mix(rows)
     with connect() as conn:
@@ -303,14 +317,20 @@ def build_history(rows: int, rebuild: bool, name: str = HISTORY) -> str:
         else:
             log(f"growing {name} from {have} to {counts}")
     started = time.monotonic()
-    # Partitions first, as the worker makes them: yesterday's and today's day, and ahead.
+    # Partitions first, as the worker makes them (or of --width), over the rows' span, and ahead.
     now = datetime.now(UTC)
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    run_async(_day_partitions, today - timedelta(days=1))
+    today_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    run_async(_history_partitions, today_start if today else now - timedelta(days=1), width)
     run_async(_ensure)
     with connect() as conn:
+        end, span = now, timedelta(days=1)
+        if today:  # up to three minutes ago: the rollup's open minutes hold none of them
+            end = now - timedelta(minutes=3)
+            span = end - today_start
+            if span < timedelta(minutes=1):
+                raise SystemExit(f"--today needs a day begun at least 4 minutes ago (it is {now:%H:%M} UTC)")
         for state in ("completed", "failed", "cancelled"):
-            insert_done(conn, state, have[state] + 1, counts[state], now, timedelta(days=1))
+            insert_done(conn, state, have[state] + 1, counts[state], end, span)
         with conn.transaction():
             conn.execute("SET LOCAL awa.notify_by_caller = 'on'")  # nobody listens to these
             for state in ("scheduled", "retryable"):
@@ -470,6 +490,12 @@ class Pickups:
     claim: list[float] = field(default_factory=list)
     handler: list[float] = field(default_factory=list)
     enqueue: list[float] = field(default_factory=list)
+    at: list[float] = field(default_factory=list)  # each sample's enqueue call, time.time(), in claim's order
+    beside: list[bool] = field(default_factory=list)  # each sample met a big vacuum or analyze (Upkeep)
+
+    def apart(self, values: list[float]) -> list[float]:
+        """``values`` (claim or handler: one per sample) without the samples beside upkeep."""
+        return [value for value, met in zip(values, self.beside, strict=True) if not met]
 
 
 def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> Pickups:
@@ -477,12 +503,14 @@ def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> Pickups:
     from awa_django.models import Job
 
     returned: dict[int, float] = {}
+    called_at: dict[int, float] = {}
     got = Pickups()
     for _ in range(samples):
         time.sleep(random.uniform(0.02, 0.06))
         called = time.time()
         job_id = Job.objects.enqueue("stamp", queue=QUEUE).pk
         returned[job_id] = time.time()
+        called_at[job_id] = called
         got.enqueue.append((returned[job_id] - called) * 1000)
     wait_until(lambda: left(conn) == 0, 60, proc, "the pickup samples' completion")
     rows = conn.execute(
@@ -495,7 +523,70 @@ def pickup(conn: Any, samples: int, proc: subprocess.Popen[bytes]) -> Pickups:
     for job_id, claim_ms, started in rows:
         got.claim.append(float(claim_ms))
         got.handler.append((float(started) - returned[job_id]) * 1000)
+        got.at.append(called_at[job_id])
     return got
+
+
+class Upkeep:
+    """What the server's autovacuum workers did while the bench ran: every ``EVERY`` seconds,
+    each worker's database and command (``pg_stat_activity``, all databases), on its own thread.
+
+    A vacuum or an analyze of a table of the history (``awa_job_done`` partitions) over
+    ``BIG_MB`` takes a core and writes WAL for seconds (bench/README.md, "Vacuuming a history
+    partition in fixed batches"); the pickups beside one are counted apart, so that a pair can be
+    read with and without the database's upkeep of its history."""
+
+    EVERY = 0.1
+    BIG_MB = 100
+
+    def __init__(self) -> None:
+        import threading
+
+        self.seen: list[tuple[float, str, str]] = []  # (time.time(), database, table)
+        self.big: set[tuple[str, str]] = set()  # (database, table) over BIG_MB
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="upkeep", daemon=True)
+
+    def __enter__(self) -> Upkeep:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with connect("postgres") as conn:
+            while not self._stop.wait(self.EVERY):
+                for database, query in conn.execute(
+                    "SELECT datname, query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+                ):
+                    match = re.search(r"(awa_job_done\w*)", query or "")
+                    if match:
+                        self.seen.append((time.time(), database, match.group(1)))
+
+    def note_sizes(self, database: str) -> None:
+        """Which of ``database``'s history tables are big (read once a run: they grow)."""
+        with connect(database) as conn:
+            for (table,) in conn.execute(
+                "SELECT relname FROM pg_class WHERE relname LIKE 'awa_job_done%%' AND relkind = 'r' "
+                "AND pg_total_relation_size(oid) > %s",
+                [self.BIG_MB * 1024 * 1024],
+            ):
+                self.big.add((database, table))
+
+    def during(self, start: float, end: float) -> list[str]:
+        """The big history tables an autovacuum worker was seen on between ``start`` and ``end``."""
+        return sorted(
+            {f"{db}.{table}" for at, db, table in self.seen if start <= at <= end and (db, table) in self.big}
+        )
+
+    def mark(self, pickups: Pickups) -> None:
+        """Each sample: beside a big table's vacuum or analyze (seen within a sampling step of it)?"""
+        windows = sorted(at for at, db, table in self.seen if (db, table) in self.big)
+        pickups.beside = [
+            any(at - 2 * self.EVERY <= seen <= at + 2 * self.EVERY for seen in windows) for at in pickups.at
+        ]
 
 
 BUFFERS_ROWS = """
@@ -553,6 +644,7 @@ class Run:
     floor: float  # the same drain by claim_jobs + complete_jobs alone
     buffers: Buffers
     pickups: Pickups = field(default_factory=Pickups)  # every sample, ms
+    upkeep: list[str] = field(default_factory=list)  # big history tables vacuumed or analyzed during the run
 
     @property
     def p50(self) -> float:  # the claim since the insert
@@ -572,9 +664,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-def run_once(name: str, n: int, samples: int, batch: int) -> Run:
+def run_once(name: str, n: int, samples: int, batch: int, upkeep: Upkeep) -> Run:
     use(name)
     clean(empty=name == EMPTY)
+    started = time.time()
     rate_bulk, low, high = bulk(n)
     worker = start_worker(QUEUE)
     try:
@@ -584,10 +677,12 @@ def run_once(name: str, n: int, samples: int, batch: int) -> Run:
             times = pickup(conn, samples, worker)
     finally:
         stop_worker(worker)
+    upkeep.mark(times)
+    met = upkeep.during(started, time.time())
     clean(empty=name == EMPTY)
     _, low, high = bulk(n)
     rate_floor = floor_drain(n, low, high)
-    return Run(name, rate_bulk, rate_drain, rate_floor, buffers(batch), times)
+    return Run(name, rate_bulk, rate_drain, rate_floor, buffers(batch), times, met)
 
 
 def floor_drain(n: int, low: int, high: int, batch: int = 32) -> float:
@@ -723,6 +818,28 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         ]
         side = f"{len(pooled[0]):,} a side"
         print(f"({label}, every pair's samples pooled, {side}, ms empty / history: {'; '.join(cells)})")
+    # The same, without the samples taken beside a vacuum or an analyze of a big history table
+    # (Upkeep): the hot path's own cost, apart from the database's upkeep of what it keeps.
+    beside = [sum(pair[i].pickups.beside) for pair in runs for i in (0, 1)]
+    if any(beside):
+        parts: dict[str, Callable[[Run], list[float]]] = {
+            "pickup, claim since insert": lambda r: r.pickups.apart(r.pickups.claim),
+            "pickup, handler since the enqueue returned": lambda r: r.pickups.apart(r.pickups.handler),
+        }
+        for label, part in parts.items():
+            pooled = [[ms for pair in runs for ms in part(pair[i])] for i in (0, 1)]
+            cells = [
+                f"p{round(q * 100)} {percentile(pooled[0], q):.2f} / {percentile(pooled[1], q):.2f} "
+                f"({percentile(pooled[1], q) / percentile(pooled[0], q):.2f})"
+                for q in (0.5, 0.95, 0.99)
+            ]
+            print(
+                f"({label}, pooled without the {sum(beside[0::2]):,} / {sum(beside[1::2]):,} samples taken beside "
+                f"a vacuum or analyze of a history table over {Upkeep.BIG_MB} MB, ms empty / history: "
+                f"{'; '.join(cells)})"
+            )
+    else:
+        print(f"(no pickup sample was taken beside a vacuum or analyze of a history table over {Upkeep.BIG_MB} MB)")
     reads = statistics.median(h.buffers.claim_read + h.buffers.complete_read for _, h in runs)
     print(f"(blocks read from outside shared buffers per job, claim + completion, history: {reads:.2f})")
     return medians
@@ -732,18 +849,24 @@ def compare(args: argparse.Namespace) -> None:
     curve: list[tuple[int, dict[str, float], list[tuple[Run, Run]], tuple[float, float]]] = []
     build_empty()
     for rows in args.history:
-        name = build_history(rows, args.rebuild, args.database)
+        width = timedelta(hours=args.width) if args.width else None
+        name = build_history(rows, args.rebuild, args.database, args.today, width)
         runs: list[tuple[Run, Run]] = []
         for pair in range(args.pairs):
             order = [EMPTY, name] if pair % 2 == 0 else [name, EMPTY]
-            got = {db: run_once(db, args.jobs, args.samples, args.batch) for db in order}
+            with Upkeep() as upkeep:
+                for db in (EMPTY, name):
+                    upkeep.note_sizes(db)
+                got = {db: run_once(db, args.jobs, args.samples, args.batch, upkeep) for db in order}
             runs.append((got[EMPTY], got[name]))
             e, h = got[EMPTY], got[name]
             log(
                 f"  pair {pair + 1}: drain {e.drain:,.0f} / {h.drain:,.0f}, "
                 f"SQL alone {e.floor:,.0f} / {h.floor:,.0f}, bulk {e.bulk:,.0f} / {h.bulk:,.0f}, "
                 f"p99 {e.p99:.2f} / {h.p99:.2f} ms, buffers claim {e.buffers.claim:.1f} / {h.buffers.claim:.1f}, "
-                f"completion {e.buffers.complete:.1f} / {h.buffers.complete:.1f}"
+                f"completion {e.buffers.complete:.1f} / {h.buffers.complete:.1f}, "
+                f"big history tables vacuumed or analyzed during the run: {', '.join(e.upkeep) or 'none'} / "
+                f"{', '.join(h.upkeep) or 'none'}"
             )
         medians = report_pairs(rows, runs)
         curve.append((rows, medians, runs, sizes(name)))
@@ -1017,6 +1140,17 @@ def main() -> None:
     c.add_argument("--batch", type=int, default=100, help="jobs per claim and completion in the buffers' EXPLAIN")
     c.add_argument("--rebuild", action="store_true")
     c.add_argument("--database", default=HISTORY, help=f"the history database's name (default {HISTORY})")
+    c.add_argument(
+        "--today",
+        action="store_true",
+        help="build the history's finished jobs over today (UTC) so far, in the current partitions, not the last 24 h",
+    )
+    c.add_argument(
+        "--width",
+        type=float,
+        default=None,
+        help="the partitions' width in hours when the history is built (default: the worker's: an hour for a day)",
+    )
     p = sub.add_parser("prune", help="drop a day of completed jobs during a drain")
     p.add_argument("--day", type=int, default=5_000_000)
     p.add_argument("--pairs", type=int, default=1)

@@ -25,7 +25,16 @@ from awa_django.models import Workflow as WorkflowRow
 from awa_django.services.jobs import cancel_jobs, retry_jobs
 from awa_django.sql import statements
 from awa_django.worker import retention
-from awa_django.worker.retention import AHEAD, WIDTHS, Partition, floor_to, plan_creates, plan_drops, width_for
+from awa_django.worker.retention import (
+    AHEAD,
+    SLICES,
+    WIDTHS,
+    Partition,
+    floor_to,
+    plan_creates,
+    plan_drops,
+    width_for,
+)
 from tests.harness import drop_range_partitions, make_config, run_on_worker_connection
 
 FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
@@ -243,10 +252,19 @@ def test_plan_creates__covers_now_to_ahead_contiguously_aligned_and_after_what_e
     assert all(lower >= p.upper for lower, _ in ranges for p in existing), "never over an existing one"
 
 
+def test_width_for__the_default_retentions__an_hour_for_a_day_six_hours_for_a_week() -> None:
+    """The partition every completion writes holds an hour of a day's jobs (docs/storage.md)."""
+    assert width_for(timedelta(days=1)) == timedelta(hours=1)
+    assert width_for(timedelta(days=7)) == timedelta(hours=6)
+    assert width_for(timedelta(days=30)) == timedelta(days=1)
+    assert width_for(timedelta(minutes=5)) == timedelta(minutes=1)  # the narrowest: 24 slices cannot be
+
+
 @given(now=moments, keep=st.timedeltas(min_value=timedelta(minutes=1), max_value=timedelta(days=30)))
 def test_plan_drops__exactly_the_partitions_wholly_past_the_retention(now: datetime, keep: timedelta) -> None:
     width = width_for(keep)
-    assert width <= keep or width == WIDTHS[-1]
+    assert width * SLICES <= keep or width == WIDTHS[-1], "at most a SLICES-th of the retention"
+    assert all(wider * SLICES > keep for wider in WIDTHS if wider > width), "the widest such"
     existing = [
         Partition("b", f"p{i}", floor_to(now, width) - i * width, floor_to(now, width) - (i - 1) * width)
         for i in range(0, 40)
@@ -271,7 +289,8 @@ def no_partitions(transactional_db: None) -> None:
 
 @pytest.mark.usefixtures("no_partitions")
 def test_partitions__created_ahead_take_over_their_rows_from_the_default_and_receive_new_ones() -> None:
-    config = make_config(["default"], completed_retention=3600.0, failed_retention=7200.0)
+    # Retentions of a day and two: hour partitions (retention.width_for: a 24th of the retention).
+    config = make_config(["default"], completed_retention=86400.0, failed_retention=172800.0)
     early = Job.objects.create(kind="noop", state=JobState.COMPLETED)  # before any partition exists
     assert partition_of(early.pk) == ["awa_job_done_completed_default"]
 

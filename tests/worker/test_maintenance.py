@@ -34,7 +34,7 @@ def test_maintenance__scheduled_job__promoted_when_due_and_run_not_before() -> N
 
 @pytest.mark.django_db(transaction=True)
 def test_maintenance__retention__deletes_finished_jobs_past_their_retention_only() -> None:
-    drop_range_partitions()  # the leader makes them with this test's widths (an hour)
+    drop_range_partitions()  # the leader makes them with this test's widths (a minute)
     now = timezone.now()
 
     def finished(state: str, age: timedelta) -> int:
@@ -42,7 +42,7 @@ def test_maintenance__retention__deletes_finished_jobs_past_their_retention_only
         return job.pk
 
     # Retention drops partitions whole (docs/storage.md): a job goes between its retention and its
-    # retention plus the partition width (an hour for these retentions), swept or dropped.
+    # retention plus the partition width (a minute for these retentions), swept or dropped.
     expired = {
         finished("completed", timedelta(hours=3)),
         finished("failed", timedelta(hours=5)),

@@ -173,7 +173,8 @@ def test_drop__a_sibling_partition_busy__dropped_all_the_same(monkeypatch: pytes
     branch = retention.BRANCHES[0]
     run_on_worker_connection(retention.ensure_partitions, config)  # the current partitions
     old_name, _ = _old_partition(branch)
-    current = retention.partition_name(branch, floor_to(datetime.now(UTC), timedelta(hours=1)))
+    width = retention.width_for(timedelta(seconds=config.completed_retention))
+    current = retention.partition_name(branch, floor_to(datetime.now(UTC), width))  # made ahead if the width turned
     monkeypatch.setattr(retention, "LOCK_TRIES", 2)
     monkeypatch.setattr(retention, "_pause", lambda: 0.0)
     with psycopg.connect(**connection_params()) as vacuum_like:
