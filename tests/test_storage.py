@@ -27,6 +27,7 @@ from awa_django.sql import statements
 from awa_django.worker import retention
 from awa_django.worker.retention import (
     AHEAD,
+    MAX_SLICES,
     SLICES,
     WIDTHS,
     Partition,
@@ -258,13 +259,21 @@ def test_width_for__the_default_retentions__an_hour_for_a_day_six_hours_for_a_we
     assert width_for(timedelta(days=7)) == timedelta(hours=6)
     assert width_for(timedelta(days=30)) == timedelta(days=1)
     assert width_for(timedelta(minutes=5)) == timedelta(minutes=1)  # the narrowest: 24 slices cannot be
+    assert width_for(timedelta(hours=1)) == timedelta(minutes=10)  # a minute would make 60
+    assert width_for(timedelta(hours=3)) == timedelta(minutes=10)
+    assert width_for(timedelta(days=3)) == timedelta(hours=6)  # an hour would make 72
 
 
 @given(now=moments, keep=st.timedeltas(min_value=timedelta(minutes=1), max_value=timedelta(days=30)))
 def test_plan_drops__exactly_the_partitions_wholly_past_the_retention(now: datetime, keep: timedelta) -> None:
     width = width_for(keep)
-    assert width * SLICES <= keep or width == WIDTHS[-1], "at most a SLICES-th of the retention"
-    assert all(wider * SLICES > keep for wider in WIDTHS if wider > width), "the widest such"
+    narrower = [w for w in WIDTHS if w < width]
+    assert keep / width <= MAX_SLICES or width == WIDTHS[0], "never more than MAX_SLICES partitions"
+    if width * SLICES > keep:  # wider than a SLICES-th: the narrowest, or the one below would make too many
+        assert not narrower or keep / narrower[0] > MAX_SLICES, (keep, width)
+    else:  # the widest within a SLICES-th, unless that one made too many
+        wider = [w for w in WIDTHS if w > width]
+        assert not wider or wider[-1] * SLICES > keep or keep / width <= MAX_SLICES, (keep, width)
     existing = [
         Partition("b", f"p{i}", floor_to(now, width) - i * width, floor_to(now, width) - (i - 1) * width)
         for i in range(0, 40)
@@ -391,7 +400,10 @@ def add_history(rows: int, days: int) -> None:
 @pytest.mark.usefixtures("no_partitions")
 def test_completion__buffers_per_job_flat_from_no_history_to_200000_finished_jobs() -> None:
     batch = 200
-    run_on_worker_connection(retention.ensure_partitions, make_config(["default"]))
+    # A retention of 30 days: day partitions (retention.width_for), so the measured batches meet a
+    # new partition only at midnight, not at every hour's turn (a fresh partition's btrees are a
+    # level shallower until they split: see below).
+    run_on_worker_connection(retention.ensure_partitions, make_config(["default"], completed_retention=30 * 86400.0))
     # Today's partition's btrees first take a batch of 2,000 (rolled back: the index entries stay
     # until a vacuum), so that each has its root above its leaves before anything is measured. A
     # root split is a buffer more per job and index, and comes with today's own volume, history or

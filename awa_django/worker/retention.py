@@ -27,13 +27,15 @@ by ``finalized_at``. ``prune``, the leader's retention duty, keeps each branch's
 
 A partition's width follows its branch's retention (``width_for``): the widest of ``WIDTHS`` not
 longer than a ``SLICES``-th of it (an hour for the completed jobs' day, six hours for the failed
-jobs' week, a minute for a retention of minutes), so a job is kept at most its retention plus one
-width, and a branch has about ``SLICES`` + ``AHEAD`` partitions. Narrow, so that the partition
-every completion writes stays small: its args index (GIN, one random leaf page per key) merges
-its pending list into a few thousand pages kept in memory, not a day's 30,000 (a 32-row
-completion stalled 1.6 s merging into a 6.5 M-row day, bench/README.md "History in hour
-partitions"), and its vacuums and analyzes are an hour's. The pure part (names, widths, what to
-create and what to drop) is separate from the statements that do it.
+jobs' week, a minute for a retention of minutes), or the next wider one where that would make more
+than ``MAX_SLICES`` (ten minutes for an hour's retention). So a job is kept at most its retention
+plus one width, and a branch has at most ``MAX_SLICES`` + ``AHEAD`` partitions for a retention up
+to 48 days (26 and 30 with the default retentions). Narrow, so that the partition every completion
+writes stays small: its args index (GIN, one random leaf page per key) merges its pending list
+into a few thousand pages kept in memory, not a day's 31,000 (on a 6.5 M-row day a 32-row
+completion took 1.58 s, and merging 108 pending pages alone 343 ms: bench/README.md, "History in
+hour partitions"), and its vacuums and analyzes are an hour's. The pure part (names, widths, what
+to create and what to drop) is separate from the statements that do it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ __all__ = [
     "AHEAD",
     "BATCH",
     "BRANCHES",
+    "MAX_SLICES",
     "SLICES",
     "WIDTHS",
     "Partition",
@@ -86,6 +89,7 @@ WIDTHS = (
     timedelta(minutes=1),
 )
 SLICES = 24
+MAX_SLICES = 48  # ... unless that makes more partitions than this: then the next wider width
 AHEAD = 2  # range partitions exist this many widths past now
 # A create or a drop tries for its ACCESS EXCLUSIVE locks this many times (NOWAIT: never queued),
 # a jittered pause of up to LOCK_PAUSE seconds apart, then gives up until the next sweep.
@@ -140,10 +144,12 @@ def branch_retention(branch: Branch, config: WorkerConfig) -> timedelta:
 
 
 def width_for(keep: timedelta) -> timedelta:
-    """The partition width for a retention: the widest of WIDTHS not longer than ``keep / SLICES``."""
-    for width in WIDTHS:
+    """The partition width for a retention: the widest of WIDTHS not longer than ``keep / SLICES``,
+    or the next wider one when that would cut the retention into more than MAX_SLICES (a retention of
+    an hour: ten minutes, not 60 partitions of a minute); the narrowest for a retention too short."""
+    for i, width in enumerate(WIDTHS):
         if width * SLICES <= keep:
-            return width
+            return WIDTHS[i - 1] if i > 0 and width * MAX_SLICES < keep else width
     return WIDTHS[-1]
 
 
