@@ -394,13 +394,14 @@ class AwaSettings:
     COMPLETED_RETENTION: timedelta = setting(
         timedelta(seconds=defaults.COMPLETED_RETENTION_DEFAULT),
         _retention,
-        "completed jobs are deleted after this, within a partition more (an hour for a day; a timedelta, or seconds)",
+        "completed jobs are deleted after this, or up to a partition's width later "
+        "(an hour for a day; a timedelta, or seconds)",
         coerce=_as_timedelta,
     )
     FAILED_RETENTION: timedelta = setting(
         timedelta(seconds=defaults.FAILED_RETENTION_DEFAULT),
         _retention,
-        "failed and cancelled jobs are deleted after this, within a partition more "
+        "failed and cancelled jobs are deleted after this, or up to a partition's width later "
         "(six hours for a week; a timedelta, or seconds)",
         coerce=_as_timedelta,
     )

@@ -72,6 +72,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -551,8 +552,6 @@ class Upkeep:
     BIG_MB = 100
 
     def __init__(self) -> None:
-        import threading
-
         self.seen: list[tuple[float, str, str]] = []  # (time.time(), database, table)
         self.big: set[tuple[str, str]] = set()  # (database, table) over BIG_MB
         self._stop = threading.Event()
@@ -767,6 +766,15 @@ def sizes(name: str) -> tuple[float, float]:
     return sum(r[2] for r in done) / 1024**3, sum(r[3] for r in done) / 1024**3
 
 
+def pooled_cells(pooled: list[list[float]]) -> list[str]:
+    """p50, p95 and p99 of the empty side's samples and the history's (``pooled``), and their ratio."""
+    return [
+        f"p{round(q * 100)} {percentile(pooled[0], q):.2f} / {percentile(pooled[1], q):.2f} "
+        f"({percentile(pooled[1], q) / percentile(pooled[0], q):.2f})"
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
 def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
     """Print the pairs and the median ratios; return the medians."""
     print(f"\nhistory {rows:,} rows against empty, {len(runs)} pairs (history / empty):")
@@ -822,11 +830,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
         pooled = [[ms for pair in runs for ms in values(pair[i])] for i in (0, 1)]
         if not all(pooled):
             continue
-        cells = [
-            f"p{round(q * 100)} {percentile(pooled[0], q):.2f} / {percentile(pooled[1], q):.2f} "
-            f"({percentile(pooled[1], q) / percentile(pooled[0], q):.2f})"
-            for q in (0.5, 0.95, 0.99)
-        ]
+        cells = pooled_cells(pooled)
         side = f"{len(pooled[0]):,} a side"
         print(f"({label}, every pair's samples pooled, {side}, ms empty / history: {'; '.join(cells)})")
     # The same, without the samples taken beside a vacuum or an analyze of a big history table
@@ -841,11 +845,7 @@ def report_pairs(rows: int, runs: list[tuple[Run, Run]]) -> dict[str, float]:
             pooled = [[ms for pair in runs for ms in part(pair[i])] for i in (0, 1)]
             if not all(pooled):  # every sample of a side met upkeep
                 continue
-            cells = [
-                f"p{round(q * 100)} {percentile(pooled[0], q):.2f} / {percentile(pooled[1], q):.2f} "
-                f"({percentile(pooled[1], q) / percentile(pooled[0], q):.2f})"
-                for q in (0.5, 0.95, 0.99)
-            ]
+            cells = pooled_cells(pooled)
             print(
                 f"({label}, pooled without the {sum(beside[0::2]):,} / {sum(beside[1::2]):,} samples taken beside "
                 f"a vacuum or analyze of a history table over {Upkeep.BIG_MB} MB, ms empty / history: "
