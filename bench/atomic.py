@@ -26,6 +26,15 @@ each atomic attempt opens and closes a connection of its own.
 
 The database is ``awa_bench_atomic`` on the embedded server (or DATABASE_URL's). The machine is
 shared: read the medians and the paired ratios, not one repetition.
+
+``--statements`` also prints, after each drain, the statements the server spent most on during it
+(calls, µs a call, µs a job: execution time from ``pg_stat_statements``, reset before the drain).
+It needs the extension loaded and created in the bench database, on the embedded server:
+``ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'`` (and
+``pg_stat_statements.track = 'all'`` to see inside functions), a restart
+(``python -m testproject.embedded stop`` and ``start``), then ``CREATE EXTENSION
+pg_stat_statements`` in ``awa_bench_atomic``. Measuring slows the server a little; compare
+drains measured the same way.
 """
 
 from __future__ import annotations
@@ -88,6 +97,30 @@ def fill(n: int, kind: str) -> None:
 def completed(conn: Any, table: str) -> int:
     (done,) = conn.execute(f"SELECT count(*) FROM {table} WHERE state = 'completed'").fetchone()
     return int(done)
+
+
+STATEMENTS_SPENT = """
+    SELECT calls, total_exec_time / calls * 1000 AS per_call, total_exec_time * 1000 / %(jobs)s AS per_job,
+           rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 80) AS text
+    FROM pg_stat_statements
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ORDER BY total_exec_time DESC
+    LIMIT %(limit)s
+"""
+
+
+def reset_statements(conn: Any) -> None:
+    """Start pg_stat_statements' counts afresh (--statements)."""
+    if conn.execute("SELECT to_regproc('pg_stat_statements_reset')").fetchone()[0] is None:
+        raise SystemExit("--statements: pg_stat_statements is not created in this database; see the docstring")
+    conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def print_statements(conn: Any, jobs: int, label: str) -> None:
+    """The statements the server spent most on since the reset, per call and per job (--statements)."""
+    print(f"    {label}: calls | µs a call | µs a job | rows | statement", file=sys.stderr)
+    for calls, per_call, per_job, rows, text in conn.execute(STATEMENTS_SPENT, {"jobs": jobs, "limit": 8}):
+        print(f"    {calls:>8,} | {per_call:>9.0f} | {per_job:>8.1f} | {rows:>7,} | {text}", file=sys.stderr)
 
 
 def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float, float]:
@@ -156,6 +189,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--conn-max-age", type=int, default=600, help="the worker's CONN_MAX_AGE (seconds)")
     parser.add_argument("--sync-threads", type=int, help="the worker's AWA['SYNC_THREADS'] (default: its default, 10)")
+    parser.add_argument("--statements", action="store_true", help="print where the server spent, per drain")
     parser.add_argument(
         "--handler",
         choices=sorted(HANDLERS),
@@ -170,7 +204,13 @@ def main() -> None:
         order = ("plain", "atomic") if rep % 2 == 0 else ("atomic", "plain")
         for which in order:
             fill(args.jobs, kinds[which])
+            if args.statements:
+                with connect() as conn:
+                    reset_statements(conn)
             got[which].append(drain(args.jobs, args.conn_max_age, args.sync_threads))
+            if args.statements:
+                with connect() as conn:
+                    print_statements(conn, args.jobs, kinds[which])
         plain_rate, plain_cpu, plain_server = got["plain"][-1]
         atomic_rate, atomic_cpu, atomic_server = got["atomic"][-1]
         print(
