@@ -12,12 +12,12 @@ Below the models and the enqueue API: nothing here names a model, a manager or t
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.utils.module_loading import autodiscover_modules
 
 from awa_django.arguments import ArgsCheck
@@ -69,7 +69,7 @@ class Handler:
     args_check: ArgsCheck | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.is_async = inspect.iscoroutinefunction(self.func)
+        self.is_async = iscoroutinefunction(self.func)
         check_atomic(self.kind, self.func, self.atomic, is_async=self.is_async)
         try:
             self.args_check = ArgsCheck.of(self.func, takes_context=self.takes_context)

@@ -8,12 +8,12 @@ Both are re-exported here, where ``@job`` has always been imported from.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import iscoroutinefunction
 from django.apps import apps
 
 from awa_django.arguments import ArgsCheck
@@ -237,7 +237,7 @@ def job(
         raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
-        check_atomic(kind, func, atomic, is_async=inspect.iscoroutinefunction(func))
+        check_atomic(kind, func, atomic, is_async=iscoroutinefunction(func))
         try:
             check = ArgsCheck.of(func, takes_context=takes_context)
         except (TypeError, ValueError) as exc:

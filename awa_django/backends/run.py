@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -184,7 +184,7 @@ def _task_handler(kind: str, task: Task[Any, Any]) -> Handler:
     # passes; they call the task with the stored arguments as the TaskResult (the row) has them.
     signature = inspect.signature(task.func)
 
-    if inspect.iscoroutinefunction(task.func):
+    if iscoroutinefunction(task.func):
 
         async def run_async(
             context: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None

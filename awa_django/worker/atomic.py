@@ -8,7 +8,8 @@ or finalize_jobs for a result or progress), guarded by (id, running, run_lease).
 - the guard accepts: the handler's writes, the completion, the jobs it enqueued, the workflow
   releases the completion causes (awa_release_jobs runs inside complete_job) and its
   ``transaction.on_commit`` callbacks all take effect with one COMMIT, the handler's own (a
-  callback that raises after it is logged: the job stays completed, and is not run again);
+  callback that raises after it is logged and the ones after it still run: the job stays
+  completed, and is not run again);
 - the guard refuses (the job was rescued, cancelled or handed back while the handler ran): the
   transaction rolls back with the handler's writes, and the attempt ends as a refused write does
   (``Outcome.settled`` False), leaving no follow-up;
@@ -48,6 +49,7 @@ from awa_django.context import ATOMIC_ENTRY_KEY as ATOMIC_ENTRY_KEY
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
 from awa_django.dbparams import execute_prepared
 from awa_django.durable import Parked
+from awa_django.exceptions import TerminalError
 from awa_django.sql import statements
 from awa_django.states import JobState
 from awa_django.worker.writes import Written, outcome_writes
@@ -86,36 +88,48 @@ def run_atomic(
     What the handler raises propagates, after the rollback, for the caller to map to an outcome.
     ``completed_with`` turns a return value into an outcome (a completion with the stored
     result, or a failure naming a value Postgres cannot store).
+
+    Inside an outer transaction (a test's, immediate mode within one) the block is a savepoint:
+    nothing commits here, so the deferred constraints the COMMIT would check are checked before the
+    completion is written (an attempt whose writes break one is retried, as in a worker), and no
+    callback is touched (they run at the outer COMMIT, as Django runs them).
     """
     job = context.job
+    connection = transaction.get_connection(alias)
+    outermost = not connection.in_atomic_block
     committed: list[bool] = []  # the first on_commit callback of the transaction notes its COMMIT
     try:
         with transaction.atomic(using=alias):
-            transaction.on_commit(partial(committed.append, True), using=alias)
+            if outermost:
+                transaction.on_commit(partial(committed.append, True), using=alias)
             try:
-                result = call()
+                result = _call(call, job)
             except Parked:
                 result = None
             if context.parked is not None:  # a durable sleep or wait: parked with its steps, in one COMMIT
                 outcome = context.parked
+                _check_sendable(connection, job)
                 context.finishing = True
+                if not outermost:
+                    connection.check_constraints()
                 if not write_outcome(alias, job, outcome, context.progress_json):
                     raise _Refused
+                if outermost:
+                    _log_callbacks(connection, job)
                 return replace(outcome, settled=True)
             outcome = COMPLETED if result is None else completed_with(job, result)
             if outcome.state is not JobState.COMPLETED:
                 raise _NotCompleted(outcome)
-            if transaction.get_rollback(using=alias):
-                raise RolledBackError(
-                    f"the handler of {job.kind!r} returned with its transaction marked for rollback "
-                    "(transaction.set_rollback(True)), and an atomic handler's completion commits only with "
-                    "its writes; raise an exception to roll back and retry, or raise awa_django.Cancel to stop"
-                )
-            if _untouched(alias):
+            _check_sendable(connection, job)
+            if outermost and _untouched(connection):
                 return outcome  # nothing to commit with it: the usual writer's, as a plain attempt's
             context.finishing = True  # the heartbeat leaves the row alone from here
+            if not outermost:
+                connection.check_constraints()  # what this block's COMMIT would check, were it one
             if not write_outcome(alias, job, outcome, context.progress_json):
                 raise _Refused
+            if outermost:
+                _log_callbacks(connection, job)
     except _NotCompleted as not_completed:
         return not_completed.outcome
     except _Refused:
@@ -123,8 +137,8 @@ def run_atomic(
     except BaseException:
         if not committed:
             raise
-        # One of the handler's on_commit callbacks raised, after the COMMIT: the job is completed
-        # with its writes, and that callback (and the ones after it) did not run to their end.
+        # After the COMMIT: a callback of the transaction raised past _log_callbacks (a
+        # BaseException); the job is completed with its writes.
         logger.exception(
             "an on_commit callback of an atomic handler raised after its transaction committed; the job is "
             "completed job_id=%s kind=%s attempt=%s",
@@ -135,13 +149,73 @@ def run_atomic(
     return replace(outcome, settled=True)
 
 
-def _untouched(alias: str) -> bool:
-    """Inside run_atomic's block: the handler sent nothing on the jobs' connection (no transaction
-    began: Django's outermost atomic() only turns autocommit off, and the first statement sends
-    BEGIN) and registered no on_commit callback beside run_atomic's own. Inside an outer
-    transaction (a test's, immediate mode within one) the block is a savepoint, sent at once, so
-    this is False there and the completion is written in the transaction as always."""
-    connection = transaction.get_connection(alias)
+NESTED_DURABLE = "A durable atomic block cannot be nested"  # the start of Django's RuntimeError text
+
+
+def _call(call: Callable[[], Any], job: ClaimedJob) -> Any:
+    """The handler's call; Django's refusal of a durable block inside it becomes a TerminalError
+    that says why (it would fail the same way at every attempt)."""
+    try:
+        return call()
+    except RuntimeError as exc:
+        if not str(exc).startswith(NESTED_DURABLE):
+            raise
+        raise TerminalError(
+            f"job {job.kind!r} is atomic=True, so its handler already runs inside transaction.atomic(), and "
+            "a transaction.atomic(durable=True) block inside it cannot be durable: drop durable=True (its writes "
+            "then commit with the job's completion), or drop atomic=True from the job"
+        ) from exc
+
+
+def _check_sendable(connection: Any, job: ClaimedJob) -> None:
+    """Before the completion is written: the handler left its transaction able to commit. Raises
+    RolledBackError naming what the handler did otherwise."""
+    if connection.closed_in_transaction:
+        raise RolledBackError(
+            f"the handler of {job.kind!r} closed its database connection inside its atomic transaction "
+            "(connection.close(), close_old_connections()), which rolled its writes back; an atomic handler's "
+            "writes and completion need that connection until their COMMIT: leave closing it to the worker"
+        )
+    raw = connection.connection
+    failed = raw is not None and raw.info.transaction_status == TransactionStatus.INERROR
+    if failed or transaction.get_rollback(using=connection.alias):
+        raise RolledBackError(
+            f"the handler of {job.kind!r} returned with its transaction marked for rollback: it called "
+            "transaction.set_rollback(True), or caught a database error (an IntegrityError, say) without an "
+            "inner transaction.atomic() around the statement that raised. An atomic handler's completion "
+            "commits only with its writes: put such a try/except around `with transaction.atomic():` so that "
+            "only that statement rolls back, raise to roll back and retry, or raise awa_django.Cancel to stop"
+        )
+
+
+def _log_callbacks(connection: Any, job: ClaimedJob) -> None:
+    """Let every on_commit callback of the transaction run after the COMMIT, each one's exception
+    logged: the job is completed by then, and Django would otherwise drop the callbacks after the
+    first that raises (among them immediate mode's run of the jobs the handler enqueued, and the
+    Tasks framework's signal). Django keeps them as (savepoint ids, function, robust) tuples."""
+    connection.run_on_commit = [
+        (sids, partial(_logged, func, job), robust) for sids, func, robust in connection.run_on_commit
+    ]
+
+
+def _logged(func: Callable[[], Any], job: ClaimedJob) -> None:
+    try:
+        func()
+    except Exception:
+        logger.exception(
+            "an on_commit callback of an atomic handler raised after its transaction committed; the job is "
+            "completed, and the callbacks after it still run job_id=%s kind=%s attempt=%s callback=%r",
+            job.id,
+            job.kind,
+            job.attempt,
+            func,
+        )
+
+
+def _untouched(connection: Any) -> bool:
+    """Inside run_atomic's outermost block: the handler sent nothing on the jobs' connection (no
+    transaction began: Django's outermost atomic() only turns autocommit off, and the first
+    statement sends BEGIN) and registered no on_commit callback beside run_atomic's own."""
     raw = connection.connection
     return (
         raw is not None and raw.info.transaction_status == TransactionStatus.IDLE and len(connection.run_on_commit) == 1
