@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -209,6 +210,12 @@ def check_json_object(field: str, value: object, index: int | None) -> tuple[dic
     return dict(value), text
 
 
+# The run_at values enqueue accepts, in UTC: a day inside Python's datetime range at either end,
+# so that no time derived from it (a retry's backoff, a time zone's offset) leaves it.
+RUN_AT_MIN = datetime(1, 1, 2, tzinfo=dt_timezone.utc)
+RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=dt_timezone.utc)
+
+
 def _check_run_at(value: object, index: int | None) -> datetime | None:
     if value is None:
         return None
@@ -223,6 +230,20 @@ def _check_run_at(value: object, index: int | None) -> datetime | None:
         )
     if not settings.USE_TZ and timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.get_default_timezone())
+    # Postgres stores dates Python cannot read back (before year 1 or after 9999 in UTC): such a row
+    # would stop every reader of it, the worker's claim and the admin's list among them.
+    try:
+        in_utc = value.astimezone(dt_timezone.utc)
+    except OverflowError:
+        in_utc = None
+    if in_utc is None or not RUN_AT_MIN <= in_utc <= RUN_AT_MAX:
+        raise InvalidJobError(
+            "run_at",
+            value,
+            f"is outside the times Python can read back from Postgres (in UTC); use a datetime between "
+            f"{RUN_AT_MIN.isoformat()} and {RUN_AT_MAX.isoformat()}",
+            index=index,
+        )
     return value
 
 

@@ -8,10 +8,11 @@ through ``enqueue_many`` (behind a valid spec, so the error must name index 1).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -86,6 +87,20 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("run-at-naive", {"run_at": NAIVE}, "run_at", "is naive but USE_TZ is on"),
     ("run-at-str", {"run_at": "2030-01-01T00:00:00Z"}, "run_at", "must be a datetime or None"),
     ("run-at-date-number", {"run_at": 1_900_000_000}, "run_at", "must be a datetime or None"),
+    # Stored by Postgres, but unreadable by psycopg: the worker's claim of the row would fail.
+    (
+        "run-at-before-year-1-utc",
+        {"run_at": datetime(1, 1, 1, tzinfo=dt_timezone(timedelta(hours=5)))},
+        "run_at",
+        "outside the times",
+    ),
+    (
+        "run-at-after-9999-utc",
+        {"run_at": datetime(9999, 12, 31, 23, tzinfo=dt_timezone(timedelta(hours=-5)))},
+        "run_at",
+        "outside the times",
+    ),
+    ("run-at-max", {"run_at": datetime.max.replace(tzinfo=dt_timezone.utc)}, "run_at", "outside the times"),
     ("tags-33", {"tags": [f"t{i}" for i in range(33)]}, "tags", "has 33 tags; the limit is 32"),
     ("tags-str", {"tags": "urgent"}, "tags", "must be a list of strings"),
     ("tags-int", {"tags": 3}, "tags", "must be a list of strings"),
@@ -254,6 +269,40 @@ def test_enqueue__an_invalid_call_inside_a_transaction_leaves_it_usable() -> Non
         also_kept = Job.objects.enqueue("noop")
 
     assert set(Job.objects.values_list("pk", flat=True)) == {kept.pk, also_kept.pk}
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    run_at=st.one_of(
+        st.datetimes(timezones=st.timezones()),
+        st.sampled_from([-14, -5, 0, 5, 14]).flatmap(
+            lambda hours: st.sampled_from(
+                [
+                    datetime(1, 1, 1, tzinfo=dt_timezone(timedelta(hours=hours))),
+                    datetime(1, 1, 2, 3, tzinfo=dt_timezone(timedelta(hours=hours))),
+                    datetime(9999, 12, 30, 20, tzinfo=dt_timezone(timedelta(hours=hours))),
+                    datetime(9999, 12, 31, 23, tzinfo=dt_timezone(timedelta(hours=hours))),
+                ]
+            )
+        ),
+    )
+)
+def test_enqueue__every_run_at_accepted_reads_back(run_at: datetime) -> None:
+    """Whatever aware run_at enqueue accepts, the row reads back (through psycopg, as the worker's
+    claim reads it) as the same instant; what it refuses lies outside the range it names."""
+    with transaction.atomic():
+        try:
+            job = Job.objects.enqueue("noop", run_at=run_at)
+        except InvalidJobError as exc:
+            assert exc.field == "run_at"
+            assert "outside the times" in str(exc)
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT run_at FROM awa_job WHERE id = %s", [job.id])
+            (stored,) = cursor.fetchone()
+        assert stored == run_at
+        transaction.set_rollback(True)
 
 
 @pytest.mark.django_db
