@@ -5,12 +5,34 @@ that only serves the admin or runs ``manage.py check`` loads no ``awa_django.wor
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg.adapt import AdaptersMap, Dumper
 
 from awa_django.conf import awa_settings
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class ExactIntervalDumper(Dumper):
+    """A timedelta as an exact count of microseconds (``86400000000 microseconds``), where psycopg
+    writes ``1 day``. Postgres adds an interval's days in the session's time zone, so across a
+    DST change a day is 23 or 25 hours; the worker's durations (retentions, deadlines, staleness,
+    aging) are exact, whatever the server's time zone."""
+
+    oid = psycopg.postgres.types["interval"].oid
+
+    def dump(self, obj: timedelta) -> bytes:
+        return b"%d microseconds" % (obj // _MICROSECOND)
+
+
+# psycopg's adapters, with the worker's durations exact: the context of every connection awa
+# opens itself (connection_kwargs).
+EXACT_DURATIONS = AdaptersMap(psycopg.adapters)
+EXACT_DURATIONS.register_dumper(timedelta, ExactIntervalDumper)
 
 
 def connection_kwargs(alias: str) -> dict[str, Any]:
@@ -29,6 +51,7 @@ def connection_kwargs(alias: str) -> dict[str, Any]:
         params.pop("prepare_threshold", None)
     params["autocommit"] = True
     params.setdefault("application_name", "awa_worker")
+    params["context"] = EXACT_DURATIONS
     return params
 
 

@@ -187,22 +187,29 @@ async def list_partitions(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[
     found: dict[str, list[Partition]] = {branch.table: [] for branch in BRANCHES}
     cursor = await conn.execute(statements["list_job_partitions"])
     for table, name, lower, upper in await cursor.fetchall():
-        found[table].append(Partition(table, name, lower, upper))
+        found[table].append(Partition(table, name, lower.astimezone(UTC), upper.astimezone(UTC)))
     return found
 
 
 async def _database_now(conn: psycopg.AsyncConnection[Any]) -> datetime:
+    """The database's now(), in UTC. psycopg gives timestamps in the session's time zone, and
+    Python's arithmetic between two datetimes of one zone is wall-clock arithmetic: across a DST
+    change, `now - keep` would be an hour off, and partitions dropped an hour early."""
     cursor = await conn.execute("SELECT now()")
     row = await cursor.fetchone()
     assert row is not None
     moment: datetime = row[0]
-    return moment
+    return moment.astimezone(UTC)
 
 
-async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: datetime, upper: datetime) -> bool:
+async def _create(
+    conn: psycopg.AsyncConnection[Any], branch: Branch, lower: datetime, upper: datetime
+) -> bool | None:
     """Create and attach one range partition, taking over its range's rows from the DEFAULT
     partition (few: they finished before the range existed). False when the default holds too
-    many rows of the range to move, or the locks were not had in time."""
+    many rows of the range to move (the range stays in it, for good); None when this sweep could
+    not create it (its locks were busy, or another leader made it or an overlapping one
+    meanwhile), so that the sweep goes no further in this branch and the next one starts here."""
     name = partition_name(branch, lower)
     table = sql.Identifier(branch.table)
     default = sql.Identifier(f"{branch.table}_default")
@@ -255,7 +262,12 @@ async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: dat
         created = await _exclusive(conn, (table, default), create)
     except psycopg.errors.LockNotAvailable:
         logger.info("retention: %s not created this sweep: its locks were busy", name)
-        return False
+        return None
+    except (psycopg.errors.DuplicateTable, psycopg.errors.InvalidObjectDefinition) as exc:
+        # Two leaders overlapping (an old one finishing its sweep), perhaps with other widths
+        # (a rolling deploy that changed a retention): the other one's partition stands.
+        logger.info("retention: %s not created this sweep: %s", name, exc)
+        return None
     return created
 
 
@@ -318,7 +330,13 @@ async def ensure_partitions(conn: psycopg.AsyncConnection[Any], config: WorkerCo
     for branch in BRANCHES:
         width = width_for(branch_retention(branch, config))
         for lower, upper in plan_creates(existing[branch.table], now, width):
-            if await _create(conn, branch, lower, upper):
+            done = await _create(conn, branch, lower, upper)
+            if done is None:
+                # Not this range this sweep: no later one either. plan_creates starts after the
+                # newest partition, so a later range made now would leave this one to the DEFAULT
+                # partition for good.
+                break
+            if done:
                 created.append(partition_name(branch, lower))
     return created
 
@@ -327,9 +345,13 @@ async def _drop(conn: psycopg.AsyncConnection[Any], partition: Partition) -> flo
     """Drop one partition with its workflow steps' in-edges (and the workflows left empty);
     return the seconds the DROP's transaction took (its lock's hold), None when the lock was busy."""
     table = sql.Identifier(partition.name)
-    cursor = await conn.execute(
-        sql.SQL("SELECT DISTINCT workflow_id FROM {} WHERE workflow_id IS NOT NULL").format(table)
-    )
+    try:
+        cursor = await conn.execute(
+            sql.SQL("SELECT DISTINCT workflow_id FROM {} WHERE workflow_id IS NOT NULL").format(table)
+        )
+    except psycopg.errors.UndefinedTable:
+        logger.info("retention: %s already dropped (another leader's sweep)", partition.name)
+        return None
     workflows = [row[0] for row in await cursor.fetchall()]
 
     async def drop() -> float:
@@ -351,6 +373,9 @@ async def _drop(conn: psycopg.AsyncConnection[Any], partition: Partition) -> flo
         held = await _exclusive(conn, (sql.Identifier(partition.branch), default, table), drop)
     except psycopg.errors.LockNotAvailable:
         logger.info("retention: %s not dropped this sweep: its branch's lock was busy", partition.name)
+        return None
+    except psycopg.errors.UndefinedTable:
+        logger.info("retention: %s already dropped (another leader's sweep)", partition.name)
         return None
     if workflows:
         await conn.execute(statements["delete_empty_workflows"], {"ids": workflows})
