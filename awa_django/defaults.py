@@ -31,6 +31,9 @@ MAX_WORKERS_DEFAULT: Final = 50  # hard-reserved mode: jobs of the queue one wor
 MIN_WORKERS_DEFAULT: Final = 0  # weighted mode: slots guaranteed to the queue
 WEIGHT_DEFAULT: Final = 1  # weighted mode: share of the overflow pool
 RATE_BURST_DEFAULT: Final = 0  # token-bucket burst; 0 means ceil(rate_limit)
+# A queue's deadline and priority aging at most (a year, as @job(timeout=)): Postgres's timestamps
+# end, and now() plus or minus a longer one can leave them, failing the claim or the aging round.
+QUEUE_DURATION_MAX: Final = 365 * 24 * 3600.0  # seconds
 
 # --- the AWA settings (awa_django.conf) and the worker's configuration built from them --------
 

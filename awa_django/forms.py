@@ -20,6 +20,7 @@ from awa_django.defaults import (
     KEY_WEIGHT_DEFAULT,
     MAX_WORKERS_DEFAULT,
     MIN_WORKERS_DEFAULT,
+    QUEUE_DURATION_MAX,
     RATE_BURST_DEFAULT,
     WEIGHT_DEFAULT,
 )
@@ -146,6 +147,12 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
             value = data.get(name)
             if isinstance(value, timedelta) and value <= timedelta(0):
                 self.add_error(name, f"{name} {value} is invalid; use a positive duration, or leave it empty for none")
+            elif isinstance(value, timedelta) and value.total_seconds() > QUEUE_DURATION_MAX:
+                self.add_error(
+                    name,
+                    f"{name} {value} is invalid; use at most {QUEUE_DURATION_MAX / 86400:.0f} days, "
+                    "or leave it empty for none",
+                )
         if any(name not in data for name in LIMIT_FIELDS):
             return data  # a field failed to parse; its own error says why
         queue_name = data.get("name") or self.instance.name or "(new queue)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -14,6 +15,8 @@ from awa_django.concurrency.share import HostShare
 from awa_django.conf import CAPACITY_SCOPES, awa_settings
 from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,31 @@ class QueueConfig:
             rate_limit=row["rate_limit"],
             rate_burst=row["rate_burst"],
             paused=row["paused"],
-            deadline=row["deadline_seconds"],
-            priority_aging=row["priority_aging_seconds"],
+            deadline=_at_most_a_year(row["name"], "deadline", row["deadline_seconds"]),
+            priority_aging=_at_most_a_year(row["name"], "priority_aging", row["priority_aging_seconds"]),
         )
+
+
+_warned: set[tuple[str, str, float]] = set()
+
+
+def _at_most_a_year(queue: str, name: str, seconds: float | None) -> float | None:
+    """A queue's duration as the worker uses it: at most QUEUE_DURATION_MAX. The admin refuses a
+    longer one; a row written some other way (the ORM, SQL) is capped, once logged, rather than
+    leaving Postgres's timestamps in the claim or the aging round and stopping them."""
+    if seconds is None or seconds <= defaults.QUEUE_DURATION_MAX:
+        return seconds
+    if (queue, name, seconds) not in _warned:
+        _warned.add((queue, name, seconds))
+        logger.warning(
+            "queue %r: its %s of %s seconds is over a year; the worker uses a year. Set it to at most %d days "
+            "in the Queue admin, or leave it empty for none",
+            queue,
+            name,
+            seconds,
+            defaults.QUEUE_DURATION_MAX // 86400,
+        )
+    return defaults.QUEUE_DURATION_MAX
 
 
 def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:

@@ -202,9 +202,7 @@ async def _database_now(conn: psycopg.AsyncConnection[Any]) -> datetime:
     return moment.astimezone(UTC)
 
 
-async def _create(
-    conn: psycopg.AsyncConnection[Any], branch: Branch, lower: datetime, upper: datetime
-) -> bool | None:
+async def _create(conn: psycopg.AsyncConnection[Any], branch: Branch, lower: datetime, upper: datetime) -> bool | None:
     """Create and attach one range partition, taking over its range's rows from the DEFAULT
     partition (few: they finished before the range existed). False when the default holds too
     many rows of the range to move (the range stays in it, for good); None when this sweep could

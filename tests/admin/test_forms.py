@@ -75,6 +75,20 @@ def test_queue_form__non_positive_durations_are_refused(field: str) -> None:
     assert "positive duration" in errors(form(**{field: "00:00:00"}), field)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("field", ["deadline", "priority_aging"])
+@pytest.mark.parametrize("value", ["366 00:00:00", "999999999 00:00:00", "P999999999D"])
+def test_queue_form__durations_over_a_year_are_refused_naming_the_value(field: str, value: str) -> None:
+    """now() plus or minus such a duration leaves Postgres's timestamps: the claim (deadline) or the
+    leader's aging round failed, and stopped the worker."""
+    message = errors(form(**{field: value}), field)  # type: ignore[arg-type]
+    assert "at most 365 days" in message, message
+
+
+@pytest.mark.parametrize("field", ["deadline", "priority_aging"])
+def test_queue_form__a_year_is_accepted(field: str) -> None:
+    assert form(**{field: "365 00:00:00"}).is_valid()  # type: ignore[arg-type]
+
+
 @override_settings(AWA={"GLOBAL_MAX_WORKERS": 20})
 def test_queue_form__sum_of_min_workers_over_the_global_maximum_names_both_numbers() -> None:
     QueueFactory(name="reports", min_workers=15)

@@ -8,10 +8,13 @@ import os
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
+from awa_django.defaults import QUEUE_DURATION_MAX
 from awa_django.models import Job, JobState, Queue, WorkerInstance
 from awa_django.registry import JobHandler, Registry
+from awa_django.sql import statements
 from awa_django.worker import JobContext, QueueConfig
 from tests.factories import JobFactory
 from tests.harness import drop_range_partitions, make_config, running_worker, wait_until
@@ -154,3 +157,24 @@ def test_snapshot__weighted_worker__reports_min_workers_weight_and_overflow() ->
     assert (snapshot.queues["w"]["in_flight"], snapshot.queues["w"]["available"]) == (0, 2 + 7)
     assert (snapshot.queues["v"]["in_flight"], snapshot.queues["v"]["available"]) == (0, 1 + 7)
     assert not WorkerInstance.objects.filter(instance_id=worker.instance_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queue_durations_over_a_year__capped_as_read__the_claim_runs() -> None:
+    """A Queue row written past the admin's check (the ORM, SQL) with a deadline or an aging of a
+    million days: now() plus or minus it leaves Postgres's timestamps (the claim failed and stopped
+    the worker). The worker reads both capped at a year, and its claim with the deadline runs."""
+    huge = timedelta(days=1_000_000)
+    Queue.objects.create(name="huge", deadline=huge, priority_aging=huge)
+    with connection.cursor() as cursor:
+        cursor.execute(statements["read_queues"])
+        columns = [column.name for column in cursor.description]
+        rows = [dict(zip(columns, values, strict=True)) for values in cursor.fetchall()]
+    [row] = [r for r in rows if r["name"] == "huge"]
+    config = QueueConfig.from_row(row)
+    assert config.deadline == config.priority_aging == QUEUE_DURATION_MAX
+
+    job = Job.objects.enqueue("noop", queue="huge")
+    with running_worker(make_config({"huge": config})):
+        done = wait_for_row(job.pk, state="completed")
+    assert done.attempt == 1
