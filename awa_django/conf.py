@@ -73,13 +73,21 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# The longest duration any setting or option takes: a century. Longer ones leave what Python's
+# timedelta or Postgres's timestamps hold once added to now() (a staleness of 1e12 s failed every
+# rescue round, 1e15 s stopped the worker with an OverflowError naming no setting).
+SECONDS_MAX = 100 * 365.25 * 24 * 3600  # 3,155,760,000
+SECONDS_RULE = f"at most {SECONDS_MAX:.0f} (100 years)"
+
+
 def is_seconds(value: object, *, zero_ok: bool = False) -> bool:
-    """A finite number of seconds above 0 (or 0 or more, with ``zero_ok``); a bool is not a number.
+    """A finite number of seconds above 0 (or 0 or more, with ``zero_ok``), at most SECONDS_MAX; a
+    bool is not a number.
 
     The one rule for a duration, wherever one is read: the settings here, the commands' arguments
     (``awa_django.management.arguments``), the worker's configuration.
     """
-    if not _is_number(value) or not math.isfinite(cast(float, value)):
+    if not _is_number(value) or not math.isfinite(cast(float, value)) or cast(float, value) > SECONDS_MAX:
         return False
     return cast(float, value) >= 0 if zero_ok else cast(float, value) > 0
 
@@ -91,7 +99,7 @@ def _seconds_above_zero(key: str, value: object) -> SettingProblem | None:
         key,
         value,
         "awa.E003",
-        f"AWA[{key!r}] is {value!r}; it must be a number of seconds above 0",
+        f"AWA[{key!r}] is {value!r}; it must be a number of seconds above 0, {SECONDS_RULE}",
         f"set AWA[{key!r}] to e.g. {DEFAULTS[key]!r}, or remove it for the default",
     )
 
@@ -109,13 +117,14 @@ def _count(key: str, value: object) -> SettingProblem | None:
 
 
 def _retention(key: str, value: object) -> SettingProblem | None:
-    if is_seconds(value.total_seconds() if isinstance(value, timedelta) else value):
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if is_seconds(seconds) and cast(float, seconds) >= 1:  # under a second reads as 0 once a timedelta
         return None
     return SettingProblem(
         key,
         value,
         "awa.E007",
-        f"AWA[{key!r}] is {value!r}; it must be a timedelta or a number of seconds above 0",
+        f"AWA[{key!r}] is {value!r}; it must be a timedelta or a number of seconds, at least 1 and {SECONDS_RULE}",
         f"set AWA[{key!r}] to e.g. timedelta(days=1), or remove it for the default",
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -129,6 +130,14 @@ def test_check_settings__reports_every_problem_at_once() -> None:
         ("MAX_TAGS", -1, "awa.E006"),
         ("COMPLETED_RETENTION", 0, "awa.E007"),
         ("FAILED_RETENTION", "7d", "awa.E007"),
+        # Past what a timedelta or now() - retention holds, or under a second (a timedelta of 0):
+        ("COMPLETED_RETENTION", 1e20, "awa.E007"),
+        ("COMPLETED_RETENTION", 1e11, "awa.E007"),
+        ("COMPLETED_RETENTION", timedelta.max, "awa.E007"),
+        ("FAILED_RETENTION", 1e-9, "awa.E007"),
+        ("HEARTBEAT_STALENESS", 1e12, "awa.E003"),
+        ("HEARTBEAT_STALENESS", 1e15, "awa.E003"),
+        ("POLL_INTERVAL", 4e9, "awa.E003"),
     ],
 )
 def test_check_settings__bad_sizes_and_retention_are_errors(key: str, value: object, check_id: str) -> None:

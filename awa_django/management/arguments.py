@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from argparse import ArgumentTypeError
 
-from awa_django.conf import is_seconds
+from awa_django.conf import SECONDS_RULE, is_seconds
 
 
 def seconds(text: str) -> float:
     """A number of seconds above 0."""
     value = _number(text)
     if not is_seconds(value):
-        raise ArgumentTypeError(f"{text!r} must be above 0 seconds")
+        raise ArgumentTypeError(f"{text!r} must be above 0 seconds, {SECONDS_RULE}")
     return value
 
 
@@ -20,7 +20,7 @@ def seconds_or_zero(text: str) -> float:
     """A number of seconds, 0 or more."""
     value = _number(text)
     if not is_seconds(value, zero_ok=True):
-        raise ArgumentTypeError(f"{text!r} must be 0 or more seconds")
+        raise ArgumentTypeError(f"{text!r} must be 0 or more seconds, {SECONDS_RULE}")
     return value
 
 

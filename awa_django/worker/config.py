@@ -12,7 +12,7 @@ from typing import Any
 from awa_django import defaults
 from awa_django.concurrency import validate_capacity
 from awa_django.concurrency.share import HostShare
-from awa_django.conf import CAPACITY_SCOPES, awa_settings
+from awa_django.conf import CAPACITY_SCOPES, SECONDS_MAX, SECONDS_RULE, awa_settings
 from awa_django.defaults import MAX_WORKERS_DEFAULT, MIN_WORKERS_DEFAULT, RATE_BURST_DEFAULT, WEIGHT_DEFAULT
 from awa_django.exceptions import ConfigurationError
 
@@ -77,6 +77,8 @@ def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
         raise ConfigurationError(f"{name} is {value!r}; it must be a number of seconds")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigurationError(f"{name} is {value!r}; it must be above 0")
+    if value > SECONDS_MAX:
+        raise ConfigurationError(f"{name} is {value!r} seconds; it must be {SECONDS_RULE}")
     return float(value)
 
 

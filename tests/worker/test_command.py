@@ -30,6 +30,9 @@ from tests.harness import ROOT, wait_until, worker_env
         (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: '-1' must be above 0 seconds"),
         # One rule with AWA["SHUTDOWN_TIMEOUT"] (check awa.E003): above 0.
         (["--shutdown-timeout", "0"], "argument --shutdown-timeout: '0' must be above 0 seconds"),
+        # At most a century: a staleness of 1e12 s failed every rescue round (now() - it left the timestamps).
+        (["--heartbeat-staleness", "1e12"], "argument --heartbeat-staleness: '1e12' must be above 0 seconds, at most"),
+        (["--poll-interval", "1e15"], "argument --poll-interval: '1e15' must be above 0 seconds, at most"),
         (["-q", ""], "invalid queue name ''"),
         (["-q", "   "], "invalid queue name '   '"),
         (["-q", "x" * 256], "invalid queue name 'xxx"),
