@@ -72,6 +72,15 @@ def _field_of(error: ConfigurationError) -> str | None:
     return None
 
 
+def name_integer_limits(form: forms.BaseForm) -> None:
+    """Every integer field's range errors name the field and the value typed, as the form's own
+    rules do (Django's say only "Ensure this value is less than or equal to 2147483647")."""
+    for name, field in form.fields.items():
+        if isinstance(field, forms.IntegerField):
+            field.error_messages["max_value"] = f"{name} %(value)s is too large; use at most %(limit_value)s"
+            field.error_messages["min_value"] = f"{name} %(value)s is too small; use at least %(limit_value)s"
+
+
 class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
     # Plain integer fields: the rules below give the messages (a bare min_value would say
     # "greater than or equal to 0" without naming the rule or the queue).
@@ -109,6 +118,10 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="Fair keys: at most this many jobs of one key run at once, across every worker, unless a "
         "fair key override says (at least 1; empty = unlimited).",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        name_integer_limits(self)
 
     class Meta:
         model = Queue
@@ -245,6 +258,10 @@ class FairKeyForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="At most this many of this key's jobs run at once, across every worker (at least 1); "
         "empty = the queue's cap.",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        name_integer_limits(self)
 
     class Meta:
         model = FairKey

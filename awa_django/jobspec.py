@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -104,10 +105,22 @@ def check_name(field: str, value: object, index: int | None) -> str:
         raise InvalidJobError(
             field, value, f"is {len(value)} characters long; the limit is {NAME_MAX_LENGTH}", index=index
         )
-    problem = text_problem(value)
+    problem = text_problem(value) or name_problem(value)
     if problem:
         raise InvalidJobError(field, value, problem, index=index)
     return value if type(value) is str else str.__str__(value)
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` is not a name (a kind, a queue, a workflow or step), beyond its length and
+    what Postgres stores, or None: names are matched exactly, in SQL, on the command line, in the
+    admin (which strips what is typed), so none starts or ends with whitespace or holds a control
+    character (a tab, a newline)."""
+    if value != value.strip():
+        return "starts or ends with whitespace; remove it (names are matched exactly)"
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        return "holds a control character (a tab, a newline); use printable characters"
+    return None
 
 
 FAIR_KEY_HINT = (
@@ -259,7 +272,7 @@ def _check_tags(value: object, index: int | None) -> list[str]:
     max_length = awa_settings().MAX_TAG_LENGTH
     tags: list[str] = []
     for tag in value:
-        if not isinstance(tag, str) or not tag or len(tag) > max_length or "\x00" in tag:
+        if not isinstance(tag, str) or not tag.strip() or len(tag) > max_length or "\x00" in tag:
             raise InvalidJobError(
                 "tags",
                 value,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awa_django.jobspec import CopyLines, build_row
+from awa_django.jobspec import CopyLines, build_row, name_problem
 from awa_django.sql import statements
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC)
@@ -17,7 +17,8 @@ ESCAPES = {"\\\\": "\\", "\\t": "\t", "\\n": "\n", "\\r": "\r"}
 
 # The hypothesis stubs want the category names as Literals; a tuple of str is what runs.
 _characters = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")  # type: ignore[arg-type]
-names = st.text(_characters, min_size=1, max_size=20).filter(str.strip)  # what build_row accepts as a kind or a queue
+# What build_row accepts as a kind or a queue: no surrounding whitespace, no control character.
+names = st.text(_characters, min_size=1, max_size=20).filter(lambda name: name_problem(name) is None and name.strip())
 texts = st.text(_characters, max_size=12)
 
 
@@ -81,22 +82,22 @@ def test_line__the_shared_tail_is_the_full_tail_of_a_plain_job(kind: str, args: 
     assert fields(shared)["metadata"] == '{"traceparent":"00-a\\\\b"}'
 
 
-@given(tags=st.lists(texts.filter(bool), max_size=4), metadata=st.dictionaries(texts, texts, max_size=3))
+@given(tags=st.lists(texts.filter(str.strip), max_size=4), metadata=st.dictionaries(texts, texts, max_size=3))
 def test_row_line__every_column_of_a_full_spec(tags: list[str], metadata: dict[str, str]) -> None:
     run_at = NOW + timedelta(hours=1)
     row = build_row(
-        "k\tind", {"a": "b\\c"}, queue="q\nx", run_at=run_at, metadata=metadata, tags=tags, unique=True, now=NOW
+        "k\\ind", {"a": "b\\c\td"}, queue="q\\x", run_at=run_at, metadata=metadata, tags=tags, unique=True, now=NOW
     )
 
     got = fields(CopyLines(NOW).row_line(row, "scheduled"))
 
     assert (got["kind"], got["queue"], got["state"], got["run_at"]) == (
-        "k\tind",
-        "q\nx",
+        "k\\ind",
+        "q\\x",
         "scheduled",
         run_at.isoformat(),
     )
-    assert json.loads(got["args"] or "") == {"a": "b\\c"}
+    assert json.loads(got["args"] or "") == {"a": "b\\c\td"}
     assert json.loads(got["metadata"] or "") == metadata
     assert got["unique_key"] == row.unique_key
     assert got["unique_states"] == "{" + ",".join(f'"{s}"' for s in row.unique_states or []) + "}"

@@ -322,7 +322,7 @@ def test_partitions__past_the_retention_are_dropped_whole_with_their_steps_edges
     now = datetime.now(UTC)
     old_lower = floor_to(now, timedelta(hours=1)) - timedelta(hours=3)
 
-    async def old_partition(conn: Any) -> bool:
+    async def old_partition(conn: Any) -> bool | None:
         return await retention._create(conn, branch, old_lower, old_lower + timedelta(hours=1))
 
     assert run_on_worker_connection(old_partition)

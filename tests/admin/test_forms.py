@@ -124,3 +124,11 @@ def test_queue_form__sum_of_min_workers_is_checked_against_a_live_workers_global
     message = errors(form(min_workers=9), "min_workers")
     assert "sum of min_workers (9) exceeds global_max_workers (8)" in message
     assert "live worker box:7" in message
+
+
+@pytest.mark.parametrize(
+    "field", ["max_workers", "min_workers", "weight", "rate_burst", "key_weight", "key_max_running"]
+)
+def test_queue_form__integer_past_the_column_names_the_field_and_value(field: str) -> None:
+    message = errors(form(**{field: 99999999999}), field)  # type: ignore[arg-type]
+    assert f"{field} 99999999999 is too large" in message, message

@@ -108,7 +108,7 @@ def test_within_the_budget__pages_unchanged(admin_client: Client, big_backlog: i
 
 @pytest.mark.parametrize(
     ("seconds", "expected"),
-    [(1e-9, "1ms"), (2.5, "2500ms"), (86_400 * 365, "2147483647ms"), (1e12, "2147483647ms")],
+    [(1e-9, "1ms"), (2.5, "2500ms"), (86_400 * 365, "2147483647ms"), (3e9, "2147483647ms")],
 )
 def test_any_valid_budget__postgres_takes_it(admin_client: Client, seconds: float, expected: str) -> None:
     """The setting accepts any finite number of seconds above 0; Postgres takes at most INT_MAX

@@ -47,7 +47,7 @@ def test_drop__branch_held_by_a_reader__retries_without_a_waiting_lock_completio
     branch = retention.BRANCHES[0]
     old_lower = floor_to(datetime.now(UTC), timedelta(hours=1)) - timedelta(hours=3)
 
-    async def old_partition(conn: Any) -> bool:
+    async def old_partition(conn: Any) -> bool | None:
         return await retention._create(conn, branch, old_lower, old_lower + timedelta(hours=1))
 
     assert run_on_worker_connection(old_partition)
@@ -156,7 +156,7 @@ def _old_partition(branch: retention.Branch) -> tuple[str, datetime]:
     """A range partition of ``branch`` three hours old, past a one-hour retention; its name and lower bound."""
     lower = floor_to(datetime.now(UTC), timedelta(hours=1)) - timedelta(hours=3)
 
-    async def create(conn: Any) -> bool:
+    async def create(conn: Any) -> bool | None:
         return await retention._create(conn, branch, lower, lower + timedelta(hours=1))
 
     assert run_on_worker_connection(create)
