@@ -36,6 +36,8 @@ from tests.harness import ROOT, wait_until, worker_env
         (["-q", ""], "invalid queue name ''"),
         (["-q", "   "], "invalid queue name '   '"),
         (["-q", "x" * 256], "invalid queue name 'xxx"),
+        (["-q", " reports "], "invalid queue name ' reports ': it starts or ends with whitespace"),
+        (["-q", "a\tb"], "invalid queue name 'a\\tb': it holds a control character"),
     ],
     ids=lambda value: " ".join(value)[:40] if isinstance(value, list) else "",
 )

@@ -19,6 +19,7 @@ from django.db import InterfaceError, OperationalError, connections
 from awa_django.conf import CAPACITY_SCOPES, EVENT_LOOPS, AwaSettings, InvalidSettingsError, awa_settings
 from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
+from awa_django.jobspec import name_problem
 from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
 from awa_django.observability import joblog
 from awa_django.observability.endpoints import EndpointServer
@@ -245,7 +246,9 @@ class Command(BaseCommand):
             if bad:
                 raise CommandError(f"invalid queue name {bad[0]!r}: use 1 to {NAME_MAX_LENGTH} characters")
             for name in queues:
-                problem = text_problem(name)  # a lone surrogate: bytes that are not UTF-8 in argv
+                # A lone surrogate (bytes that are not UTF-8 in argv); whitespace around it or a
+                # control character, which no enqueued queue name has.
+                problem = text_problem(name) or name_problem(name)
                 if problem:
                     raise CommandError(f"invalid queue name {name!r}: it {problem}")
         processes, index = options["processes"], options.get("process_index")
