@@ -293,10 +293,12 @@ def _after_immediate_run(result: TaskResult[Any, Any]) -> None:
 
 
 def _job_id(result_id: object) -> int:
-    try:
-        return int(str(result_id))
-    except ValueError:
-        raise TaskResultDoesNotExist(result_id) from None
+    """The job id a result id names: its decimal digits exactly, as ``str(job.id)`` wrote them
+    (``int()`` would also read " 5", "1_0" or a full-width digit as ids 5, 10 and 5)."""
+    text = str(result_id)
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        raise TaskResultDoesNotExist(result_id)
+    return int(text)
 
 
 def _task_jobs() -> Any:

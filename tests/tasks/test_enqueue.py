@@ -259,6 +259,25 @@ def test_get_result__unknown_ids_and_plain_jobs_do_not_exist() -> None:
 
 
 @pytest.mark.django_db
+def test_get_result__only_the_digits_str_wrote_name_a_job() -> None:
+    """int() reads " 5", "5 ", "+5", "0_5" and a full-width "5" as 5: each would name the
+    task's job under an id it never had."""
+    result = add.enqueue(1, 2)
+    assert add.get_result(result.id).id == result.id
+    job_id = int(result.id)
+    for spelled in [
+        f" {job_id}",
+        f"{job_id} ",
+        f"+{job_id}",
+        f"0_{job_id}",
+        str(job_id).translate({48 + d: 0xFF10 + d for d in range(10)}),
+        "9" * 40,
+    ]:
+        with pytest.raises(TaskResultDoesNotExist):
+            add.get_result(spelled)
+
+
+@pytest.mark.django_db
 def test_get_result__states_map_onto_statuses() -> None:
     result = add.enqueue(1, 2)
     expected = {
