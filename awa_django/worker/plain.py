@@ -3,7 +3,12 @@
 Every queue starts here (claims.py: the ``ClaimSource`` protocol). The claim takes up to one row per
 permit in (priority, run_at, id) order, each lane's scan starting after its cursor (lanes.py: why,
 and how the look-behind rewinds a lane). It says the queue ran dry when it came back short, or when
-it filled its permits and its ``more`` column says no due job was left past its rows.
+it filled its permits and its ``more`` column says no due job was left past its rows. Only a weighted
+worker asks (claim_jobs): there a runner that believes in backlog holds overflow slots away from the
+other queues until a claim comes back empty. A hard-reserved worker's queue has its own slots, so it
+claims with claim_jobs_unprobed, whose ``more`` is unknown: a claim that fills leaves the runner
+looking again, and the next one (the writer's hand-over, as a job ends) says whether it ran dry. The
+probe's CTEs cost every claim's plan, and an idle queue's pickup tail with it (the statement's header).
 
 A queue shares its slots by fair key from the moment it has something to share (worker/keyed.py):
 its settings give a key a cap or a weight of its own, its backlog holds a key other than the default
@@ -37,9 +42,12 @@ class PlainSource:
     probe_sees_all = True
     hands_over = True
 
-    def __init__(self, queue: str, worker: str, replace: Replace) -> None:
+    def __init__(self, queue: str, worker: str, replace: Replace, weighted: Callable[[], bool] = bool) -> None:
         self.queue = queue
         self.worker = worker  # host:pid, stored as the claimed rows' attempted_by
+        # Whether the worker shares an overflow pool (weighted mode), where a runner's demand holds
+        # slots away from other queues: only there is the `more` probe worth its cost.
+        self._weighted = weighted
         self.lanes = LaneCursors()
         self._replace = replace
         self._settings = QueueKeySettings()
@@ -75,7 +83,8 @@ class PlainSource:
             "worker": self.worker,
             **self.lanes.params(),
         }
-        return Claim(self, permits, "claim_jobs", params, seen)
+        statement = "claim_jobs" if self._weighted() else "claim_jobs_unprobed"
+        return Claim(self, permits, statement, params, seen)
 
     async def run(self, pool: AsyncConnectionPool, claim: Claim, looks: Looks) -> list[ClaimedJob]:
         looks.look_began()

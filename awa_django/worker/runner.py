@@ -80,7 +80,9 @@ class QueueRunner:
         self._claimed = 0
         # The queue's fair-key settings (None until read, before its first claim) and its source.
         self._key_settings: QueueKeySettings | None = None
-        self._source: ClaimSource = PlainSource(config.name, runners.worker, self._replace)
+        self._source: ClaimSource = PlainSource(
+            config.name, runners.worker, self._replace, weighted=lambda: runners.allocator.mode == "weighted"
+        )
         self._configure(config)
 
     # --- what others may read ---------------------------------------------------------

@@ -1,10 +1,14 @@
-"""A claim that fills every permit and leaves no due job says so (claim_jobs' ``more``), and the
-runner stops contending for slots at once: not hungry, no demand in the allocator, while its jobs
+"""In weighted mode, a claim that fills every permit and leaves no due job says so (claim_jobs'
+``more``), and the runner stops contending for slots at once: not hungry, no demand in the allocator, while its jobs
 still run. Before, it believed in backlog until one more claim (its own, or the writer's hand-over
 when a job ended) came back empty; in weighted mode its demand meanwhile held slots away from the
 other queues (1,000 one-job queues sharing 50 slots: bench/many_queues.py).
 
 A claim that fills every permit with jobs left behind keeps the runner hungry.
+
+A hard-reserved worker claims without the probe (claim_jobs_unprobed.sql: it cost every claim, and
+an idle queue's pickup tail): its queue's slots are its own, so a claim that fills leaves the runner
+looking again, and the claims that follow as its jobs end tell it that the queue ran dry.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ QUEUE = "dry"
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("global_max", [None, 3], ids=["hard_reserved", "weighted"])
-@pytest.mark.parametrize(("jobs", "left"), [(3, False), (4, True)], ids=["exactly_its_permits", "one_more"])
+@pytest.mark.parametrize(
+    ("global_max", "jobs", "left"),
+    [(None, 4, True), (3, 3, False), (3, 4, True)],
+    ids=["one_more-hard_reserved", "exactly_its_permits-weighted", "one_more-weighted"],
+)
 def test_claim_that_fills_its_permits__runner_stands_down_only_if_no_job_is_left(
     gates: Gates, global_max: int | None, jobs: int, left: bool
 ) -> None:
@@ -49,4 +56,23 @@ def test_claim_that_fills_its_permits__runner_stands_down_only_if_no_job_is_left
         for job_id in ids:  # the fourth too, before it starts
             gates.open(job_id)
         wait_until(lambda: Job.objects.filter(pk__in=ids, state="completed").count() == jobs, what="every job done")
+    assert sorted(started) == sorted(ids)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hard_reserved_claim_that_fills_exactly__runner_looks_again_then_stands_down(gates: Gates) -> None:
+    started: list[int] = []
+    config = make_config({QUEUE: QueueConfig(QUEUE, max_workers=3)}, poll_interval=60.0)
+    ids = [Job.objects.enqueue("gated", queue=QUEUE).pk for _ in range(3)]
+
+    with running_worker(config, registry=gated_registry(gates, started, QUEUE)) as worker:
+        wait_until(lambda: len(started) == 3, what="three gated jobs running")
+        runner, allocator = worker.runners[QUEUE], worker.allocator
+        assert runner.hungry  # its claim filled, and no probe said the queue ran dry
+        assert allocator.in_flight(QUEUE) == 3
+        for job_id in ids:
+            gates.open(job_id)
+        wait_until(lambda: Job.objects.filter(pk__in=ids, state="completed").count() == 3, what="every job done")
+        wait_until(lambda: not runner.hungry, what="the runner standing down once a claim came back empty")
+        assert allocator.demand(QUEUE) == 0
     assert sorted(started) == sorted(ids)
