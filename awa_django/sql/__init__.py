@@ -21,6 +21,9 @@ class _Statements(Mapping[str, str]):
         self._texts = {
             path.stem: _without_comments(path.read_text(encoding="utf-8")) for path in sorted(_DIR.glob("*.sql"))
         }
+        # claim_jobs without its `more` probe, for hard-reserved workers (claim_jobs.sql says why):
+        # cut from claim_jobs' own text, so that the two claims cannot drift apart.
+        self._texts["claim_jobs_unprobed"] = _without_probe(self._texts["claim_jobs"])
 
     def __getitem__(self, name: str) -> str:
         try:
@@ -38,6 +41,19 @@ class _Statements(Mapping[str, str]):
 def _without_comments(text: str) -> str:
     """The statement without its whole-line ``--`` comments (the statements quote no such line)."""
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--")) + "\n"
+
+
+# claim_jobs' probe: its CTEs from `ends` to the UPDATE, and the column that reads them.
+_PROBE_START, _PROBE_END = "), ends AS (", "UPDATE awa_job AS j"
+_PROBED_MORE, _UNKNOWN_MORE = "(SELECT more FROM more) AS more", "NULL::boolean AS more"
+
+
+def _without_probe(claim: str) -> str:
+    """claim_jobs' text without its probe CTEs, its ``more`` column NULL (unknown)."""
+    start, end = claim.find(_PROBE_START), claim.find(_PROBE_END)
+    if not 0 <= start < end or claim.count(_PROBED_MORE) != 1:
+        raise RuntimeError("claim_jobs.sql: its probe (`ends`, `more`) is not where claim_jobs_unprobed cuts it out")
+    return (claim[:start] + ")\n" + claim[end:]).replace(_PROBED_MORE, _UNKNOWN_MORE)
 
 
 statements = _Statements()

@@ -48,6 +48,17 @@
 --   lane's last claimed row (or its cursor, for a lane the claim did not reach), so it never walks
 --   the dead entries before the cursors either. A job locked by a concurrent claim counts as left
 --   (the runner looks again, as before); rows this statement claims lie before each probe's start.
+-- Without the probe: statements["claim_jobs_unprobed"] is this text with the CTEs from `ends` to
+--   the UPDATE cut out and `more` NULL (awa_django/sql/__init__.py cuts it), for hard-reserved
+--   workers (worker/plain.py). The probe's CTEs make `picked` a CTE read three times, which Postgres
+--   materializes, and put a sort and a lateral probe in every claim's plan, even one that comes back
+--   short, where the probe never runs. An idle queue's pickup paid for them: alternated rounds of 600
+--   pickups against 6353f4d (before the probe) read p95 / p99 2.67 / 3.36 ms for 6353f4d, 3.15 /
+--   4.35 with the probe, 2.75 / 3.55 without it (bench/README.md, "The pickup tail's cause"). The
+--   probe is for the overflow pool: in weighted mode a runner that believes in backlog holds slots
+--   away from other queues until a claim comes back empty (1,000 one-job queues sharing 50 slots).
+--   In hard-reserved mode a queue's slots are its own: a claim that fills leaves the runner looking
+--   again, and the writer's hand-over claim, as a job ends, says whether the queue ran dry.
 WITH picked AS (
     SELECT id, priority, run_at FROM (
         SELECT * FROM (

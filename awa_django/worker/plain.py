@@ -8,7 +8,7 @@ worker asks (claim_jobs): there a runner that believes in backlog holds overflow
 other queues until a claim comes back empty. A hard-reserved worker's queue has its own slots, so it
 claims with claim_jobs_unprobed, whose ``more`` is unknown: a claim that fills leaves the runner
 looking again, and the next one (the writer's hand-over, as a job ends) says whether it ran dry. The
-probe's CTEs cost every claim's plan, and an idle queue's pickup tail with it (the statement's header).
+probe's CTEs cost every claim's plan, and an idle queue's pickup tail with it (claim_jobs.sql).
 
 A queue shares its slots by fair key from the moment it has something to share (worker/keyed.py):
 its settings give a key a cap or a weight of its own, its backlog holds a key other than the default

@@ -121,8 +121,18 @@ class History:
         assert behind <= self.since_look, f"left behind the cursors {params}: {behind - self.since_look}"
         want = expected(params)
         left = len(ahead_ids(params)) > limit
+        # A hard-reserved worker's claim (claim_jobs without its probe), undone: the same rows.
+        with transaction.atomic():
+            unprobed = run("claim_jobs_unprobed", params)
+            transaction.set_rollback(True)
         rows = run("claim_jobs", params)
         got = [row[0] for row in rows]
+
+        def same(row: tuple[Any, ...]) -> tuple[Any, ...]:  # but `waited` (now() - run_at) and `more`
+            return row[:10] + row[11:-1]
+
+        assert sorted(map(same, unprobed)) == sorted(map(same, rows))
+        assert all(row[-1] is None for row in unprobed)  # its `more`: unknown
         # The set matters (RETURNING's order is the join's, not the claim order).
         assert sorted(got) == sorted(want), f"claim with {params} returned {got}, expected {want}"
         # Each row's last column, ``more``: a due job is left ahead of the cursors once this claim's

@@ -75,17 +75,3 @@ def test_a_claim_without_more__more_stays_unknown(other_connection: psycopg.Conn
     rows = ClaimRows()
     assert other_connection.cursor(row_factory=rows).execute(select(list(COLUMNS))).fetchall() == [EXPECTED]
     assert rows.more is None
-
-
-def test_claim_jobs_unprobed__is_claim_jobs_but_for_the_probe() -> None:
-    """claim_jobs_unprobed exists for its plan only (its header says why): the rest of its text must
-    stay claim_jobs', or the two claims would drift apart."""
-    from awa_django.sql import statements
-
-    full, unprobed = statements["claim_jobs"], statements["claim_jobs_unprobed"]
-    probe = full[full.index("), ends AS (") : full.index("UPDATE awa_job AS j")]
-    assert "more AS (" in probe
-    assert unprobed == full.replace(probe, ")\n").replace(
-        "    (SELECT more FROM more) AS more", "    NULL::boolean AS more"
-    )
-    assert unprobed != full

@@ -6,9 +6,10 @@ other queues (1,000 one-job queues sharing 50 slots: bench/many_queues.py).
 
 A claim that fills every permit with jobs left behind keeps the runner hungry.
 
-A hard-reserved worker claims without the probe (claim_jobs_unprobed.sql: it cost every claim, and
-an idle queue's pickup tail): its queue's slots are its own, so a claim that fills leaves the runner
-looking again, and the claims that follow as its jobs end tell it that the queue ran dry.
+A hard-reserved worker claims without the probe (claim_jobs_unprobed; claim_jobs.sql says why: it
+cost every claim, and an idle queue's pickup tail): its queue's slots are its own, so a claim that
+fills leaves the runner looking again, and the claims that follow as its jobs end tell it that the
+queue ran dry.
 """
 
 from __future__ import annotations
