@@ -4,6 +4,7 @@
     python bench/atomic.py --jobs 20000 --reps 3 --conn-max-age 0
     python bench/atomic.py --handler touch          # handlers that write one row each
     python bench/atomic.py --handler look           # handlers that read once and write nothing
+    python bench/atomic.py --db awa_bench_history_5m  # on bench/history.py's database: 5.5 M finished jobs
 
 Each repetition drains N ``noop_sync`` jobs (a ``def`` handler doing nothing: the worker's thread
 pool, its completion in the batch writer's next round trip) and N ``noop_atomic`` jobs (the same,
@@ -24,8 +25,13 @@ CPU). ``--conn-max-age`` is the worker's ``CONN_MAX_AGE`` (default 600: persiste
 what a worker should run with, docs/guide/exactly-once.md); 0 is Django's default, under which
 each atomic attempt opens and closes a connection of its own.
 
-The database is ``awa_bench_atomic`` on the embedded server (or DATABASE_URL's). The machine is
-shared: read the medians and the paired ratios, not one repetition.
+The database is ``awa_bench_atomic`` on the embedded server (or DATABASE_URL's), its job tables
+emptied before each drain. ``--db NAME`` runs on another database instead, keeping what it holds:
+bench/history.py's ``awa_bench_history_5m`` (``python bench/history.py compare --history 5560000``
+builds it), where every completion lands beside a day of finished jobs; only the bench queue's jobs
+are deleted from ``awa_job`` before each drain, and every count and span is of the jobs that drain
+enqueued (ids from the first of them). The machine is shared: read the medians and the paired
+ratios, not one repetition.
 
 ``--statements`` also prints, after each drain, the statements the server spent most on during it
 (calls, µs a call, µs a job: execution time from ``pg_stat_statements``, reset before the drain).
@@ -78,24 +84,34 @@ def every_job(conn: Any) -> str:
     return "awa_job_all" if conn.execute("SELECT to_regclass('awa_job_all')").fetchone()[0] else "awa_job"
 
 
-def fill(n: int, kind: str) -> None:
-    """Empty, vacuumed job tables with n available jobs of ``kind`` in the bench queue."""
+def fill(n: int, kind: str, keep_history: bool) -> int:
+    """n available jobs of ``kind`` in the bench queue, on empty, vacuumed job tables, or, with
+    ``keep_history``, beside the finished jobs the database holds (only the bench queue's jobs
+    deleted from awa_job); returns the first new job's id."""
     from awa_django.models import Job
 
     with connect() as conn:
         names = tables(conn)
-        conn.execute(f"TRUNCATE {', '.join(names)}, demo_execution")  # names from to_regclass of constants
+        if keep_history:
+            conn.execute("DELETE FROM awa_job WHERE queue = %s", [QUEUE])
+            conn.execute("TRUNCATE demo_execution")
+            names = ["awa_job"]
+        else:
+            conn.execute(f"TRUNCATE {', '.join(names)}, demo_execution")  # names from to_regclass of constants
         for name in names:
             conn.execute(f"VACUUM ANALYZE {name}")
     for start in range(0, n, 10_000):
         Job.objects.enqueue_many([{"kind": kind, "queue": QUEUE} for _ in range(min(10_000, n - start))])
     with connect() as conn:
-        for name in tables(conn):
+        for name in names:
             conn.execute(f"VACUUM ANALYZE {name}")
+        (first,) = conn.execute("SELECT min(id) FROM awa_job WHERE queue = %s", [QUEUE]).fetchone()
+    return int(first)
 
 
-def completed(conn: Any, table: str) -> int:
-    (done,) = conn.execute(f"SELECT count(*) FROM {table} WHERE state = 'completed'").fetchone()
+def completed(conn: Any, table: str, first: int) -> int:
+    """How many of the drain's jobs (ids from ``first``) are completed."""
+    (done,) = conn.execute(f"SELECT count(*) FROM {table} WHERE id >= %s AND state = 'completed'", [first]).fetchone()
     return int(done)
 
 
@@ -123,7 +139,7 @@ def print_statements(conn: Any, jobs: int, label: str) -> None:
         print(f"    {calls:>8,} | {per_call:>9.0f} | {per_job:>8.1f} | {rows:>7,} | {text}", file=sys.stderr)
 
 
-def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float, float]:
+def drain(n: int, first: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[float, float, float]:
     """Drain the n jobs with one awa_worker: (jobs/s over the database's span, the worker's CPU µs
     per job and the server's, both from 10 % of the jobs completed to the end)."""
     # AWA_DB_NAME: set by setup(). DEBUG off, as in production: with it Django records every query.
@@ -145,7 +161,7 @@ def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[f
                     raise SystemExit(f"the worker exited with {proc.returncode}; see {WORKER_LOG}")
                 if time.monotonic() > deadline:
                     raise SystemExit(f"the worker did not drain {n} jobs in time; see {WORKER_LOG}")
-                done = completed(conn, table)
+                done = completed(conn, table, first)
                 if mark is None and done >= 0.1 * n:
                     mark = (cpu_seconds(proc.pid), server_cpu_seconds(), done)
                 if done >= n:
@@ -154,7 +170,8 @@ def drain(n: int, conn_max_age: int, sync_threads: int | None = None) -> tuple[f
             cpu, server = cpu_seconds(proc.pid), server_cpu_seconds()
             span, once = conn.execute(
                 f"SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)), "
-                f"count(*) FILTER (WHERE attempt = 1) FROM {table}"
+                f"count(*) FILTER (WHERE attempt = 1) FROM {table} WHERE id >= %s",
+                [first],
             ).fetchone()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -191,23 +208,27 @@ def main() -> None:
     parser.add_argument("--sync-threads", type=int, help="the worker's AWA['SYNC_THREADS'] (default: its default, 10)")
     parser.add_argument("--statements", action="store_true", help="print where the server spent, per drain")
     parser.add_argument(
+        "--db", default=DB_NAME, help="another database, its finished jobs kept (e.g. awa_bench_history_5m)"
+    )
+    parser.add_argument(
         "--handler",
         choices=sorted(HANDLERS),
         default="noop",
         help="noop: does nothing; touch: writes one row; look: reads once, writes nothing",
     )
     args = parser.parse_args()
-    setup(DB_NAME)
+    setup(args.db)
+    keep_history = args.db != DB_NAME
     kinds = HANDLERS[args.handler]
     got: dict[str, list[tuple[float, float, float]]] = {"plain": [], "atomic": []}
     for rep in range(args.reps):
         order = ("plain", "atomic") if rep % 2 == 0 else ("atomic", "plain")
         for which in order:
-            fill(args.jobs, kinds[which])
+            first = fill(args.jobs, kinds[which], keep_history)
             if args.statements:
                 with connect() as conn:
                     reset_statements(conn)
-            got[which].append(drain(args.jobs, args.conn_max_age, args.sync_threads))
+            got[which].append(drain(args.jobs, first, args.conn_max_age, args.sync_threads))
             if args.statements:
                 with connect() as conn:
                     print_statements(conn, args.jobs, kinds[which])
@@ -223,7 +244,7 @@ def main() -> None:
     rate_ratios = [a[0] / p[0] for p, a in zip(got["plain"], got["atomic"], strict=True)]
     cpu_ratios = [a[1] / p[1] for p, a in zip(got["plain"], got["atomic"], strict=True)]
     print(
-        f"{args.jobs:,} {args.handler} jobs per drain, {args.reps} alternated pairs, "
+        f"{args.jobs:,} {args.handler} jobs per drain on {args.db}, {args.reps} alternated pairs, "
         f"CONN_MAX_AGE={args.conn_max_age}, SYNC_THREADS={args.sync_threads or 'default'}, medians:"
     )
     print("| drain | jobs/s | worker CPU per job, 10-100 % (µs) | server CPU per job (µs) |")
