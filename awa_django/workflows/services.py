@@ -40,7 +40,9 @@ def retry_workflow(workflow_id: int) -> int:
     A re-armed job waits for its upstream jobs that are re-armed too or have not ended; its
     completed upstream jobs count as done (their results stay). A job that waits, on an
     ``on_success`` edge, for a job that failed or was cancelled and is not re-armed (a job outside
-    the workflow) is left as it is, and so are the jobs that wait on it that way.
+    the workflow) is left as it is, and so are the jobs that wait on it that way. A job that is
+    not re-armed but still waits for others counts each re-armed upstream again (its edge opens
+    again: its next end releases it once more).
     """
     alias = database_alias()
     with transaction.atomic(using=alias):
@@ -72,6 +74,7 @@ def retry_workflow(workflow_id: int) -> int:
             if down in rearm and (up in rearm or not JobState(states.get(up, JobState.COMPLETED)).is_terminal):
                 pending[down] += 1
         ids = sorted(rearm)
+        _reopen_edges(alias, rearm)
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 statements["rearm_jobs"],
@@ -87,3 +90,32 @@ def retry_workflow(workflow_id: int) -> int:
         if queues:
             notify(statements["notify_available_queues"], {"channel": JOBS_CHANNEL, "queues": queues})
     return len(rows)
+
+
+def _reopen_edges(alias: str, rearm: set[int]) -> None:
+    """The re-armed jobs' edges to dependents that are not re-armed and still wait for others were
+    consumed when those jobs ended; each end to come consumes them again, so they count again in
+    their dependents' ``pending`` (else a dependent runs before its other upstreams end).
+
+    A waiting job with ``pending`` 0 is a durable job parked in a wait, not a dependent: its
+    upstreams' wait is over, and it is left alone. The dependents are locked FOR UPDATE (id order)
+    before their count changes, as ``Workflow.extending`` locks the jobs it joins."""
+    counts: dict[int, int] = {}
+    for down in JobEdge.objects.using(alias).filter(upstream_id__in=rearm).values_list("downstream_id", flat=True):
+        if down not in rearm:
+            counts[down] = counts.get(down, 0) + 1
+    if not counts:
+        return
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["lock_downstream_jobs"], {"ids": sorted(counts)})
+        waiting = {int(job_id) for job_id, state, _ in cursor.fetchall() if state == JobState.WAITING}
+    if not waiting:
+        return
+    ids = sorted(
+        Job.objects.using(alias)
+        .filter(pk__in=waiting, state=JobState.WAITING, pending__gt=0)
+        .values_list("pk", flat=True)
+    )
+    if ids:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statements["add_pending_edges"], {"ids": ids, "counts": [counts[i] for i in ids]})
