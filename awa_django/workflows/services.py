@@ -42,7 +42,8 @@ def retry_workflow(workflow_id: int) -> int:
     ``on_success`` edge, for a job that failed or was cancelled and is not re-armed (a job outside
     the workflow) is left as it is, and so are the jobs that wait on it that way. A job that is
     not re-armed but still waits for others counts each re-armed upstream again (its edge opens
-    again: its next end releases it once more).
+    again: its next end releases it once more). An ``on_discard`` job whose upstreams all completed
+    (and are not re-armed) stays cancelled: nothing was discarded for it to run for.
     """
     alias = database_alias()
     with transaction.atomic(using=alias):
@@ -60,6 +61,12 @@ def retry_workflow(workflow_id: int) -> int:
         outside = {u for u, _, _ in edges if u not in jobs}
         states = dict(jobs)
         states.update(Job.objects.using(alias).filter(pk__in=outside).values_list("pk", "state"))
+        # on_discard jobs, with their upstreams: one that every upstream completed was cancelled by
+        # its edges, as a discard callback is once nothing failed; re-armed, it would run at once
+        discards: dict[int, list[int]] = {}
+        for up, down, policy in edges:
+            if policy == EdgePolicy.ON_DISCARD:
+                discards.setdefault(down, []).append(up)
         changed = True
         while changed:  # drop jobs that wait for an ended failure nobody re-arms
             changed = False
@@ -67,6 +74,10 @@ def retry_workflow(workflow_id: int) -> int:
                 if down not in rearm or up in rearm or policy != EdgePolicy.ON_SUCCESS:
                     continue
                 if states.get(up) in (JobState.FAILED, JobState.CANCELLED, None):
+                    rearm.discard(down)
+                    changed = True
+            for down, ups in discards.items():  # and on_discard jobs nothing failed for
+                if down in rearm and all(up not in rearm and states.get(up) == JobState.COMPLETED for up in ups):
                     rearm.discard(down)
                     changed = True
         pending = dict.fromkeys(rearm, 0)

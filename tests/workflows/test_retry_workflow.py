@@ -1,4 +1,5 @@
-"""retry_workflow under run_jobs: what it re-arms runs again in order, and nothing else runs early."""
+"""retry_workflow under run_jobs: a re-armed job's second end must not release its dependents twice,
+and a callback cancelled by design must not be re-armed into running."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from awa_django.models import Job
 from awa_django.testing import run_jobs
-from awa_django.workflows import Workflow, always
+from awa_django.workflows import Batch, Workflow, always, chain, step
 from awa_django.workflows.services import retry_workflow
 from tests.workflows import jobs  # noqa: F401 - registers the wf.* handlers
 
@@ -34,3 +35,21 @@ def test_retry_workflow__a_dependent_still_waiting_is_not_released_twice_by_a_re
 
     run_jobs(raise_on_failure=False)  # slow runs, then final
     assert Job.objects.get(pk=final.id).state == "completed"
+
+
+def test_retry_workflow__a_batch_that_all_completed_does_not_run_its_on_discard_callback() -> None:
+    batch = Batch(
+        "all-good",
+        on_discard=chain(step("wf.value", {"value": "discarded"}, name="discard"), step("wf.value", name="then")),
+    )
+    batch.add("wf.value", {"value": 1}, name="m")
+    batch.add("wf.value", {"value": 2}, name="m")
+    batch.enqueue()
+    run_jobs()
+    callbacks = [s for s in batch.steps if s.name in ("discard", "then")]
+    assert {Job.objects.get(pk=s.id).state for s in callbacks} == {"cancelled"}  # every job completed
+
+    assert retry_workflow(batch.id) == 0  # nothing failed: nothing to re-arm
+    run_jobs()
+
+    assert {Job.objects.get(pk=s.id).state for s in callbacks} == {"cancelled"}  # nothing was discarded
