@@ -3,8 +3,11 @@ and a callback cancelled by design must not be re-armed into running."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from awa_django import JobContext, job
 from awa_django.models import Job
 from awa_django.testing import run_jobs
 from awa_django.workflows import Batch, Workflow, always, chain, step
@@ -53,3 +56,27 @@ def test_retry_workflow__a_batch_that_all_completed_does_not_run_its_on_discard_
     run_jobs()
 
     assert {Job.objects.get(pk=s.id).state for s in callbacks} == {"cancelled"}  # nothing was discarded
+
+
+@job("wf.retry.approval", takes_context=True)
+def approval(context: JobContext) -> Any:
+    """A "finally" step that parks until someone approves."""
+    return context.wait_for("approved")
+
+
+def test_retry_workflow__a_dependent_parked_in_a_durable_wait_is_not_touched_by_a_retried_upstream() -> None:
+    wf = Workflow("retry-parked")
+    bad = wf.add("wf.fail", name="bad")
+    approve = wf.add("wf.retry.approval", name="approve", after=[always(bad)])
+    wf.enqueue()
+    run_jobs(raise_on_failure=False)  # bad fails; approve runs and parks in its wait
+    assert Job.objects.get(pk=approve.id).state == "waiting"
+
+    assert retry_workflow(wf.id) == 1  # bad runs again (and fails again)
+    run_jobs(raise_on_failure=False)
+
+    # the parked step still waits for its event, and the event wakes it
+    assert Job.objects.get(pk=approve.id).state == "waiting"
+    assert Job.objects.signal(approve.id, "approved", {"by": "ana"}).woke
+    run_jobs()
+    assert Job.objects.get(pk=approve.id).result == {"by": "ana"}
