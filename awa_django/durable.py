@@ -31,13 +31,14 @@ order the run reaches them). Stored steps are matched by name alone: see the gui
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connections
 
-from awa_django.conf import awa_settings
+from awa_django.conf import SECONDS_MAX, SECONDS_RULE, awa_settings
 from awa_django.exceptions import (
     DuplicateStepError,
     StepError,
@@ -195,6 +196,8 @@ class Steps:
     def sleep(self, seconds: float, name: str | None) -> Park | None:
         """None when the sleep is over; else the parking outcome (the caller raises Parked)."""
         name = name or self.default_name(SLEEP)
+        if not math.isfinite(seconds) or abs(seconds) > SECONDS_MAX:
+            raise StepError(self.job_id, name, f"sleep({seconds!r}): give a finite number of seconds, {SECONDS_RULE}")
         stored = self._use(name, SLEEP)
         if stored is None:
             written, wake = self._insert(name, SLEEP, delay=seconds)
@@ -247,8 +250,12 @@ class Steps:
             return None, payload
         deadline: datetime | None
         if stored is None:
-            if timeout is not None and timeout <= 0:
-                raise StepError(self.job_id, name, f"wait_for timeout={timeout!r}: give a positive number of seconds")
+            if timeout is not None and not 0 < timeout <= SECONDS_MAX:  # NaN fails both
+                raise StepError(
+                    self.job_id,
+                    name,
+                    f"wait_for timeout={timeout!r}: give a positive number of seconds, {SECONDS_RULE}",
+                )
             written, deadline = self._insert(name, WAIT, delay=timeout, event=event)
             if not written:
                 return self._again(event, timeout, name)

@@ -269,3 +269,31 @@ def test_report_outcome__a_parked_attempt__counted_and_logged_as_parked(
         report_outcome(Sink(), registry_of("durable.waiter", _waiter), job, outcome, 0.01, True)
     assert finished == ["parked"]
     assert [record.outcome for record in caplog.records] == ["parked"]  # type: ignore[attr-defined]
+
+
+def _sleeps_for(context: JobContext) -> Any:
+    context.sleep(float(context.metadata["seconds"]))
+    return "woke"
+
+
+def _waits_for(context: JobContext) -> Any:
+    return context.wait_for("approved", timeout=float(context.metadata["seconds"]))
+
+
+@pytest.mark.parametrize("handler", [_sleeps_for, _waits_for])
+@pytest.mark.parametrize("seconds", ["nan", "inf", "1e20", "-1e20"])
+@pytest.mark.django_db
+def test_sleep_and_wait_for__a_duration_no_timestamp_holds__fail_the_job_naming_it(handler: Any, seconds: str) -> None:
+    """NaN, infinity and durations past any timestamp are refused with a StepError naming the value
+    (the job fails at once), not sent to Postgres: there they broke the attempt with a database
+    error, or wrote a wake time of 'infinity' that no later attempt could read back."""
+    registry = registry_of("durable.duration", handler)
+    job = Job.objects.enqueue("durable.duration", {}, queue=QUEUE, metadata={"seconds": seconds})
+
+    run = run_once(job.id, registry)
+
+    assert run is not None and run.state == "failed", run
+    error = Job.objects.get(id=job.id).errors[-1]
+    assert error["exception"] == "awa_django.exceptions.StepError"
+    assert repr(float(seconds)) in error["error"]
+    assert steps_of(job.id) == {}  # nothing was recorded
