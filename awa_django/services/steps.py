@@ -39,6 +39,7 @@ from awa_django.services.db import database_alias, notify
 from awa_django.services.jobs import REASON_MAX_LENGTH
 from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
+from awa_django.workflows.services import reopen_edges
 
 RESTARTED = "restarted"  # the error entry's prefix: "restarted: from step …"
 SLEEPING, WAITING = "sleeping", "waiting"  # how a job is parked: awa_queue_parked_jobs' "parked" label
@@ -116,6 +117,8 @@ def restart_from_step(job_id: int, step: str, *, by: str = "") -> Restarted:
             raise RestartError(
                 job_id, step, state, "its unique key is held by another job now; finish or delete that one first"
             ) from None
+        if state.is_terminal:  # its end released its dependents: the next one must find its edges open
+            reopen_edges(alias, {job_id})
         if now_state == JobState.AVAILABLE:
             notify(statements["notify_available_queues"], {"channel": JOBS_CHANNEL, "queues": [queue]})
     return Restarted(job_id, forgotten, now_state)

@@ -85,7 +85,7 @@ def retry_workflow(workflow_id: int) -> int:
             if down in rearm and (up in rearm or not JobState(states.get(up, JobState.COMPLETED)).is_terminal):
                 pending[down] += 1
         ids = sorted(rearm)
-        _reopen_edges(alias, rearm)
+        reopen_edges(alias, rearm)
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 statements["rearm_jobs"],
@@ -103,10 +103,11 @@ def retry_workflow(workflow_id: int) -> int:
     return len(rows)
 
 
-def _reopen_edges(alias: str, rearm: set[int]) -> None:
-    """The re-armed jobs' edges to dependents that are not re-armed and still wait for others were
-    consumed when those jobs ended; each end to come consumes them again, so they count again in
-    their dependents' ``pending`` (else a dependent runs before its other upstreams end).
+def reopen_edges(alias: str, rearm: set[int]) -> None:
+    """The re-armed jobs' edges (retry_workflow's, or restart_from_step's one ended job) to
+    dependents that are not re-armed and still wait for others were consumed when those jobs
+    ended; each end to come consumes them again, so they count again in their dependents'
+    ``pending`` (else a dependent runs before its other upstreams end).
 
     A waiting job with ``pending`` 0 is a durable job parked in a wait, not a dependent: its
     upstreams' wait is over, and it is left alone. The dependents are locked FOR UPDATE (id order)

@@ -80,3 +80,26 @@ def test_retry_workflow__a_dependent_parked_in_a_durable_wait_is_not_touched_by_
     assert Job.objects.signal(approve.id, "approved", {"by": "ana"}).woke
     run_jobs()
     assert Job.objects.get(pk=approve.id).result == {"by": "ana"}
+
+
+@job("wf.retry.stepped", takes_context=True)
+def stepped(context: JobContext) -> Any:
+    return context.step("fetch", lambda: 1)
+
+
+def test_restart_from_step__a_completed_step_s_dependent_still_waiting_is_not_released_twice() -> None:
+    from awa_django.services.steps import restart_from_step
+
+    wf = Workflow("restart-waiting")
+    first = wf.add("wf.retry.stepped", name="first")
+    slow = wf.add("wf.value", {"value": 1}, name="slow", queue="later")
+    final = wf.add("wf.value", {"value": 9}, name="final", after=[first, slow])
+    wf.enqueue()
+    run_jobs(queue="default")  # first completes; slow (another queue) has not run
+    assert Job.objects.get(pk=final.id).pending == 1
+
+    restart_from_step(first.id, "fetch")
+    run_jobs(queue="default")  # first completes again
+
+    assert Job.objects.get(pk=slow.id).state == "available"
+    assert Job.objects.get(pk=final.id).state == "waiting"  # still waits for slow
