@@ -373,6 +373,8 @@ class _Plan:
                     _check_discard_edge(s, u, discards)  # raises: on_discard edges mixed with others
                 continue
             plain = False
+            if u.name:  # an edge's own name is a name like a step's (the empty one: the upstream's)
+                check_name("name", u.name, s.index)
             source = u.source
             if isinstance(source, Step):
                 if source.workflow is not workflow:

@@ -103,6 +103,8 @@ def upstream(item: object, policy: Policy = "on_success") -> Upstream:
     if isinstance(item, Step):
         return Upstream(item, policy)
     if isinstance(item, int) and not isinstance(item, bool):
+        if not 0 < item < 2**63:  # a job id is a positive bigint
+            raise InvalidJobError("after", item, "is not a job id: ids are positive integers below 2**63")
         return Upstream(item, policy)
     job_id = getattr(item, "pk", None)
     if isinstance(job_id, int) and type(item).__name__ == "Job":

@@ -223,3 +223,32 @@ def test_step_after__on_a_fan_out_step_leaves_its_siblings_edges_alone() -> None
         [head, Upstream(extra), Upstream(extra), Upstream(head)],
         [head],
     ]
+
+
+@pytest.mark.parametrize(
+    ("edge_name", "says"),
+    [("a\x00b", "NUL"), (5, "must be a non-empty string"), ("x" * 300, "the limit is 255"), ("tab\there", "control")],
+)
+@pytest.mark.django_db
+def test_edge_name__one_postgres_cannot_store_or_not_a_name__refused_naming_it(edge_name: object, says: str) -> None:
+    """An edge's own name is checked as a step's name is: InvalidJobError naming it, before any
+    write, not a DataError (or TypeError) from the COPY."""
+    wf = Workflow("edge-names")
+    first = wf.add("wf.value", name="first")
+    wf.add("wf.value", name="second", after=[Upstream(first, "always", name=edge_name)])  # type: ignore[arg-type]
+
+    with pytest.raises(InvalidJobError, match=says) as caught:
+        wf.enqueue()
+
+    assert caught.value.index == 1
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("job_id", [2**63, 2**70])
+@pytest.mark.django_db
+def test_after__an_id_past_bigint__refused_as_no_job_id(job_id: int) -> None:
+    wf = Workflow("ids")
+    with pytest.raises(InvalidJobError, match="is not a job id"):
+        wf.add("wf.value", after=[job_id])
+        wf.enqueue()
+    assert not Job.objects.exists()
