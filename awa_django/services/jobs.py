@@ -24,9 +24,11 @@ from django.db.models.functions import Greatest, JSONObject, Least, Now
 from django.utils import timezone
 
 from awa_django.defaults import MAX_ATTEMPTS_MAX
+from awa_django.exceptions import InvalidJobError
 from awa_django.models import Job, JobState
 from awa_django.services.db import database_alias, notify
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
+from awa_django.validation import brief
 
 REASON_MAX_LENGTH = 500
 RETRYABLE_FROM = (JobState.FAILED, JobState.CANCELLED)
@@ -34,7 +36,24 @@ CANCELLABLE_FROM = (JobState.WAITING, JobState.SCHEDULED, JobState.AVAILABLE, Jo
 
 
 def _ids(ids: Iterable[int | str]) -> list[int]:
-    return sorted({int(i) for i in ids})
+    """The job ids in ``ids``, sorted and once each: ints, or their decimal digits as a str.
+
+    Anything else is refused before a row is touched: a str or bytes given for the list (iterated,
+    ``"12"`` named jobs 1 and 2), a bool, a float (``int()`` truncated 1.9 to job 1), or text
+    ``int()`` reads loosely (``" 1"``, ``"1_2"``, a full-width digit)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidJobError("ids", ids, "must be a list of job ids, e.g. [job.pk] or [12, 13]")
+    wanted: set[int] = set()
+    for job_id in ids:
+        if isinstance(job_id, int) and not isinstance(job_id, bool):
+            wanted.add(int(job_id))
+        elif isinstance(job_id, str) and job_id.isascii() and job_id.isdigit():
+            wanted.add(int(job_id))
+        else:
+            raise InvalidJobError(
+                "ids", ids, f"{brief(job_id, 80)} is not a job id; pass a list of job ids (ints, or their digits)"
+            )
+    return sorted(wanted)
 
 
 def _locked(ids: list[int], states: Sequence[str], skip_locked: bool = False) -> list[tuple[int, str, str]]:

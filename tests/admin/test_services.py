@@ -13,6 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from awa_django import JobContext
+from awa_django.exceptions import InvalidJobError
 from awa_django.models import Job, JobState, Queue
 from awa_django.registry import JobHandler, Registry
 from awa_django.services.jobs import CANCELLABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
@@ -110,6 +111,29 @@ def test_discard_jobs__deletes_exactly_the_given_jobs() -> None:
     assert discard_jobs([*doomed, 10**12]) == 3
 
     assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in jobs.values()} - set(doomed) | {keep.pk}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", [retry_jobs, cancel_jobs, discard_jobs])
+@pytest.mark.parametrize("ids", ["12", b"12", 12, [True], [1.9], [" 1"], ["1_2"], ["\uff11"]], ids=repr)
+def test_actions__refuse_what_is_not_a_list_of_job_ids_touching_nothing(action: Callable[..., int], ids: Any) -> None:
+    # cancel_jobs("12") iterated the string and cancelled jobs 1 and 2; discard_jobs("12") deleted them.
+    jobs = [JobFactory(state=state) for state in ("failed", "available", "cancelled") for _ in range(4)]
+    before = snapshot()
+
+    with pytest.raises(InvalidJobError, match=r"ids=.*job ids"):
+        action(ids)
+
+    assert snapshot() == before
+    assert len(before) == len(jobs)
+
+
+@pytest.mark.django_db
+def test_actions__take_ids_as_ints_or_their_decimal_digits() -> None:
+    jobs = [JobFactory(state="failed") for _ in range(3)]
+
+    assert retry_jobs([jobs[0].pk, str(jobs[1].pk)]) == 2
+    assert Job.objects.get(pk=jobs[2].pk).state == "failed"
 
 
 @pytest.mark.django_db
