@@ -116,6 +116,21 @@ def _count(key: str, value: object) -> SettingProblem | None:
     )
 
 
+def _tag_length(key: str, value: object) -> SettingProblem | None:
+    """A count, at most the tags column's width (varchar(NAME_MAX_LENGTH)[]): a longer tag would pass
+    the enqueue's check and fail in Postgres, aborting the caller's transaction."""
+    if _is_int(value) and 1 <= cast(int, value) <= defaults.NAME_MAX_LENGTH:
+        return None
+    return SettingProblem(
+        key,
+        value,
+        "awa.E006",
+        f"AWA[{key!r}] is {value!r}; it must be an integer from 1 to {defaults.NAME_MAX_LENGTH} "
+        f"(the tags column holds tags of at most {defaults.NAME_MAX_LENGTH} characters)",
+        f"set AWA[{key!r}] to at most {defaults.NAME_MAX_LENGTH}, or remove it for the default",
+    )
+
+
 def _retention(key: str, value: object) -> SettingProblem | None:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if is_seconds(seconds) and cast(float, seconds) >= 1:  # under a second reads as 0 once a timedelta
@@ -399,7 +414,9 @@ class AwaSettings:
         "each worker also holds one LISTEN and one maintenance connection (the leader two more: retention, history)",
     )
     MAX_TAGS: int = setting(defaults.MAX_TAGS_DEFAULT, _count, "how many tags a job may have")
-    MAX_TAG_LENGTH: int = setting(defaults.NAME_MAX_LENGTH, _count, "how many characters a tag may have")
+    MAX_TAG_LENGTH: int = setting(
+        defaults.NAME_MAX_LENGTH, _tag_length, "how many characters a tag may have (at most 255)"
+    )
     COMPLETED_RETENTION: timedelta = setting(
         timedelta(seconds=defaults.COMPLETED_RETENTION_DEFAULT),
         _retention,

@@ -257,6 +257,23 @@ def test_enqueue__tag_limits_follow_settings() -> None:
 
 
 @pytest.mark.django_db
+@override_settings(AWA={"MAX_TAG_LENGTH": 1000})
+def test_settings__max_tag_length_past_the_tags_column_is_refused_before_postgres_sees_a_tag() -> None:
+    # tags is varchar(255)[]: a 300-character tag that the setting let through failed in Postgres
+    # (a DataError naming no setting) and broke the caller's transaction.
+    from awa_django.checks import check_settings
+    from awa_django.conf import InvalidSettingsError
+
+    assert [m.id for m in check_settings() if "MAX_TAG_LENGTH" in m.msg and "255" in m.msg] == ["awa.E006"]
+    with transaction.atomic():
+        with pytest.raises(InvalidSettingsError, match=r"MAX_TAG_LENGTH.*at most 255"):
+            Job.objects.enqueue("noop", tags=["t" * 300])
+        with connection.cursor() as cursor:  # the transaction is still usable
+            cursor.execute("SELECT count(*) FROM awa_job")
+            assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.django_db
 @override_settings(USE_TZ=False)
 def test_enqueue__naive_run_at_is_accepted_when_use_tz_is_off() -> None:
     run_at = datetime.now() + timedelta(hours=1)  # naive: USE_TZ is off
