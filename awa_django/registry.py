@@ -235,6 +235,23 @@ def job(
         )
     elif args is not None:
         raise RegistryError(f"job {kind!r}: args= is the args of its scheduled jobs; pass cron= too, or drop args=")
+    else:
+        # The schedule's options mean nothing without one: @job("k", paused=True) paused nothing.
+        stray = [
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("timezone", timezone, "UTC"),
+                ("missed", missed, "coalesce"),
+                ("catch_up_limit", catch_up_limit, 100),
+                ("paused", paused, False),
+            )
+            if value != default or type(value) is not type(default)
+        ]
+        if stray:
+            raise RegistryError(
+                f"job {kind!r}: {', '.join(stray)} configure its schedule, and it has none; pass cron= too, "
+                "or drop them (to stop a kind's jobs, pause its queue)"
+            )
 
     def decorator(func: Callable[..., Any]) -> JobHandler:
         check_atomic(kind, func, atomic, is_async=iscoroutinefunction(func))

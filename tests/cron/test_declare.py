@@ -85,6 +85,21 @@ def test_job_args_without_cron__is_refused(clean_registry: Registry) -> None:
         job("args_only_t", args={"a": 1})
 
 
+@pytest.mark.parametrize(
+    "option",
+    [{"paused": True}, {"missed": "skip"}, {"missed": "bogus"}, {"catch_up_limit": 5}, {"timezone": "Europe/Paris"}],
+)
+def test_job_schedule_options_without_cron__are_refused_not_ignored(
+    clean_registry: Registry, option: dict[str, object]
+) -> None:
+    # @job("k", paused=True) without cron= registered the kind and paused nothing.
+    [(name, value)] = option.items()
+    with pytest.raises(RegistryError, match=rf"{name}={value!r}.*pass cron= too"):
+        job("schedule_option_only_t", **option)  # type: ignore[arg-type]
+
+    assert registry.registered("schedule_option_only_t") is None
+
+
 # --- sync -------------------------------------------------------------------------------
 
 
