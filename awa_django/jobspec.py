@@ -313,9 +313,6 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
                 f"unknown option(s) {brief(sorted(unknown, key=brief))}; use by_args, by_queue, by_period, states",
                 index=index,
             )
-        for flag in ("by_args", "by_queue"):
-            if flag in value and not isinstance(value[flag], bool):
-                raise InvalidJobError(f"unique.{flag}", value[flag], "must be True or False", index=index)
         states = value.get("states", ACTIVE_STATES)
         if isinstance(states, str) or not isinstance(states, Iterable):
             raise InvalidJobError(
@@ -329,6 +326,9 @@ def _unique_options(value: object, index: int | None) -> UniqueOptions | None:
         )
     else:
         raise InvalidJobError("unique", value, "must be True, a dict of options or UniqueOptions", index=index)
+    for flag in ("by_args", "by_queue"):  # UniqueOptions' too: by_queue="false" is not True
+        if not isinstance(getattr(options, flag), bool):
+            raise InvalidJobError(f"unique.{flag}", getattr(options, flag), "must be True or False", index=index)
     period = options.by_period
     if isinstance(period, timedelta):
         period = period.total_seconds()

@@ -232,6 +232,18 @@ def test_unique__states_must_cover_every_waiting_state() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("flag", ["by_args", "by_queue"])
+def test_unique__options_flags_must_be_bools_as_in_the_dict_form(flag: str) -> None:
+    # UniqueOptions(by_queue="false") was taken as True (a truthy str); {"by_queue": "false"} is refused.
+    with pytest.raises(InvalidJobError, match=rf"unique.{flag}='false': must be True or False"):
+        Job.objects.enqueue("noop", unique=UniqueOptions(**{flag: "false"}))  # type: ignore[arg-type]
+    with pytest.raises(InvalidJobError, match=rf"unique.{flag}='false': must be True or False"):
+        Job.objects.enqueue("noop", unique={flag: "false"})
+
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
 def test_enqueue_many__conflict_with_an_existing_job_writes_nothing_and_names_it() -> None:
     existing = Job.objects.enqueue("noop", {"n": 1}, unique=True)
 
