@@ -41,6 +41,8 @@ from awa_django.exceptions import InvalidJobError
 from awa_django.states import JobState
 from awa_django.validation import UnstorableValueError, brief, storable_json, text_problem
 
+KIND_DEFAULTED = ("queue", "priority", "max_attempts")
+"""The enqueue options a kind's ``@job`` fills in where an enqueue leaves them out or passes None."""
 ACTIVE_STATES = tuple(state.value for state in JobState if not state.is_terminal)
 ALL_STATES = tuple(state.value for state in JobState)
 # unique={"by_period": ...} bounds: the time bucket is floor(epoch seconds / period), which must be

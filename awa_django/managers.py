@@ -36,6 +36,7 @@ from awa_django.handlers import registry
 from awa_django.jobspec import (
     ACTIVE_STATES,
     ALL_STATES,
+    KIND_DEFAULTED,
     CopyLines,
     FairKeyRule,
     UniqueOptions,
@@ -119,7 +120,6 @@ _FAST_KEYS = frozenset({"kind", "args", "queue", "priority", "max_attempts", "fa
 _SPEC_KEYS = frozenset(
     {"kind", "args", "queue", "priority", "run_at", "max_attempts", "metadata", "tags", "unique", "fair_key"}
 )
-_DEFAULTED = ("queue", "priority", "max_attempts")  # the spec keys a kind's @job options fill in
 
 
 def _copy_interval(timeout: timedelta | None) -> str | None:
@@ -251,7 +251,7 @@ class _Bulk:
         if self.trace is not None:
             options["metadata"] = tracing.with_traceparent(options.get("metadata"))
         defaults = self._kind_defaults(options["kind"]) if isinstance(options["kind"], str) else _PLAIN_DEFAULTS
-        for key in _DEFAULTED:
+        for key in KIND_DEFAULTED:
             if options.get(key) is None:
                 options[key] = getattr(defaults, key)
         fair_key = options.pop("fair_key", None)

@@ -25,7 +25,7 @@ from awa_django.handlers import Handler, check_atomic, registry
 from awa_django.handlers import Registry as Registry
 from awa_django.handlers import RegistryError as RegistryError
 from awa_django.handlers import Resolver as Resolver
-from awa_django.jobspec import FairKeyRule, build_row, check_fair_key_rule
+from awa_django.jobspec import KIND_DEFAULTED, FairKeyRule, build_row, check_fair_key_rule
 from awa_django.retry import Backoff, check_timeout, policy
 from awa_django.schedules import ScheduleSpec as ScheduleSpec
 from awa_django.schedules import check_schedule_args, check_schedule_key, schedule_spec, schedules
@@ -101,6 +101,8 @@ class JobCall:
                 "(the job's own arguments go to .enqueue(**args))",
             )
         merged = {**self.options, **options}
+        # None is the kind's default, as at every enqueue door: left out here, _call fills it in.
+        merged = {name: value for name, value in merged.items() if value is not None or name not in KIND_DEFAULTED}
         build_row(self.handler.kind, **merged)  # the values refused now, where they are written
         return JobCall(self.handler, merged)
 

@@ -186,6 +186,18 @@ def test_handler_using__unknown_option__refused_naming_it_and_the_allowed_ones(h
         handler.using(qeue="emails")
 
 
+@pytest.mark.django_db
+def test_handler_using__none_is_the_kinds_default_as_at_every_other_door(handler: JobHandler) -> None:
+    # Job.objects.enqueue(queue=None, ...) and an enqueue_many spec's None mean the @job's options;
+    # handler.using(queue=None) raised "must be a non-empty string", and None could not undo a value.
+    enqueued = handler.using(queue=None, priority=None, max_attempts=None).enqueue(user_id=1)
+    reset = handler.using(queue="reports", priority=1).using(queue=None, priority=None).enqueue(user_id=2)
+
+    for one in (enqueued, reset):
+        stored = Job.objects.get(pk=one.pk)
+        assert (stored.queue, stored.priority, stored.max_attempts) == ("emails", 3, handler.max_attempts)
+
+
 def test_handler_using__bad_option_value__refused_where_it_is_written(handler: JobHandler) -> None:
     with pytest.raises(InvalidJobError, match="priority=9: must be an integer from 1 to 4"):
         handler.using(priority=9)
