@@ -216,6 +216,8 @@ def job(
     handler, or a value that is not a bool, raises RegistryError here.
     """
     build_row(kind, queue=queue, max_attempts=max_attempts, priority=priority)  # same rules as enqueue
+    if not isinstance(takes_context, bool):
+        raise RegistryError(f"job {kind!r}: takes_context={takes_context!r} must be True or False")
     key_rule = check_fair_key_rule(kind, fair_key)
     kind_timeout = check_timeout(kind, timeout)
     rules = policy(kind, retry_on=retry_on, discard_on=discard_on, backoff=backoff)

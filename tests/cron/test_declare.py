@@ -85,6 +85,16 @@ def test_job_args_without_cron__is_refused(clean_registry: Registry) -> None:
         job("args_only_t", args={"a": 1})
 
 
+def test_job_takes_context_not_a_bool__is_refused(clean_registry: Registry) -> None:
+    # takes_context="no" (truthy) made the handler's first parameter the JobContext, silently.
+    def send(context: object, user_id: int) -> None: ...
+
+    with pytest.raises(RegistryError, match=r"takes_context='no' must be True or False"):
+        job("takes_context_str_t", takes_context="no")(send)  # type: ignore[arg-type]
+
+    assert registry.registered("takes_context_str_t") is None
+
+
 @pytest.mark.parametrize(
     "option",
     [{"paused": True}, {"missed": "skip"}, {"missed": "bogus"}, {"catch_up_limit": 5}, {"timezone": "Europe/Paris"}],
