@@ -73,13 +73,15 @@ class CronSpec:
 
     def previous_slots(self, before: datetime, count: int) -> datetime | None:
         """The wall-clock slot ``count`` steps back from ``before``, as an instant (a lower bound
-        for where due slots start), or None if there is none."""
+        for where due slots start), or None if there is none (also when the walk back would leave
+        the calendar: a yearly schedule's 10,000th slot back is before year 1, which croniter
+        reports as OverflowError or ValueError, not CroniterBadDateError)."""
         iterator = self._iter(_naive(before, self.zone) + timedelta(microseconds=1))
         slot: datetime | None = None
         try:
             for _ in range(count):
                 slot = iterator.get_prev(datetime)
-        except CroniterBadDateError:
+        except (CroniterBadDateError, OverflowError, ValueError):
             return None
         return None if slot is None else self._instant(slot)
 

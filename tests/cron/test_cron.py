@@ -168,6 +168,17 @@ def test_due__nothing_before_first() -> None:
     assert spec.due(first, first - timedelta(seconds=1), 10) == ([], first, False)
 
 
+@pytest.mark.parametrize(("expression", "limit"), [("@yearly", 10_000), ("0 0 29 2 *", 1_000)])
+def test_due__a_rare_schedule_whose_limit_reaches_before_year_one_fires_its_slot(expression: str, limit: int) -> None:
+    """catch_up_limit slots back from now can lie before year 1 for a yearly schedule: the slot
+    that is due still fires (the limit cannot drop anything there), nothing raises."""
+    spec = parse(expression, "UTC")
+    now = datetime(2028, 3, 1, tzinfo=UTC)
+    first = spec.next_after(now - timedelta(days=400))
+    slots, following, skipped = spec.due(first, now, limit)
+    assert slots == [first] and following == spec.next_after(first) and not skipped
+
+
 ZONES = st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
 EXPRESSIONS = st.sampled_from(["*/7 * * * *", "30 2 * * *", "0,30 1-3 * * *", "*/20 * * * * *", "15 */2 * * 0"])
 
