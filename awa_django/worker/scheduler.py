@@ -97,13 +97,24 @@ class Scheduler:
     """The leader's schedule duty; owns no connection (the maintenance leader lends its own)."""
 
     def __init__(self, handlers: Registry = registry) -> None:
-        self._reported: set[tuple[int, str, str]] = set()  # invalid rows already logged
+        # Rows found invalid (awa.E009), by id, with the cron and zone that were: logged once, and
+        # left out of what is due until an operator changes either (or they would stay due for
+        # ever: the leader would go round every MIN_SLEEP, and a batch of them hide valid rows).
+        self._unfireable: dict[int, tuple[str, str]] = {}
         self._handlers = handlers
+
+    def _skip_params(self) -> dict[str, list[Any]]:
+        ids = sorted(self._unfireable)
+        return {
+            "skip_ids": ids,
+            "skip_crons": [self._unfireable[i][0] for i in ids],
+            "skip_zones": [self._unfireable[i][1] for i in ids],
+        }
 
     async def fire_due(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Fire every due schedule slot; return how many jobs were inserted."""
         async with conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(statements["read_due_schedules"], {"limit": BATCH})
+            await cursor.execute(statements["read_due_schedules"], {"limit": BATCH, **self._skip_params()})
             due = await cursor.fetchall()
         inserted = 0
         for row in due:
@@ -113,10 +124,10 @@ class Scheduler:
             try:
                 plan = plan_fire(name, cron, tz, missed, limit, next_fire_at, now)
             except InvalidScheduleError as exc:
-                if (schedule_id, cron, tz) not in self._reported:
-                    self._reported.add((schedule_id, cron, tz))
-                    logger.error("schedule not fired: %s; fix it in the Schedule admin schedule=%s", exc, name)
+                self._unfireable[schedule_id] = (cron, tz)
+                logger.error("schedule not fired: %s; fix it in the Schedule admin schedule=%s", exc, name)
                 continue
+            self._unfireable.pop(schedule_id, None)
             derived_key = ""
             if plan.slots and not row["fair_key"]:
                 try:
@@ -159,6 +170,6 @@ class Scheduler:
 
     async def seconds_until_due(self, conn: psycopg.AsyncConnection[Any]) -> float | None:
         """Seconds until the earliest active schedule is due (0 or less: now), None if none is."""
-        cursor = await conn.execute(statements["next_schedule_fire"])
+        cursor = await conn.execute(statements["next_schedule_fire"], self._skip_params())
         row = await cursor.fetchone()
         return None if row is None or row[0] is None else float(row[0])

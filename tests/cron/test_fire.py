@@ -12,11 +12,12 @@ import psycopg
 import pytest
 
 from awa_django.models import Job, Schedule
+from awa_django.services.schedules import save_schedule
 from awa_django.sql import statements
 from awa_django.worker.db import connection_kwargs
 from awa_django.worker.scheduler import Scheduler, fire_params, plan_fire, schedule_unique_key
 from tests.conftest import connect_outside_django
-from tests.harness import wait_until
+from tests.harness import make_config, running_worker, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,3 +136,22 @@ def test_scheduler__a_row_created_without_a_next_fire_gets_one_and_fires_nothing
     assert row.next_fire_at is not None and (row.next_fire_at.hour, row.next_fire_at.minute) == (3, 0)
     assert row.next_fire_at > datetime.now(timezone.utc)
     assert Job.objects.count() == 0
+
+
+def test_leader__a_due_schedule_it_cannot_fire_does_not_make_it_spin() -> None:
+    """A row with an invalid cron (awa.E009: written around the admin form) stays due: the leader
+    skips it every round. Its past next_fire_at must not count as "a schedule is due now", or the
+    leader runs its whole round (fire, promote, rescue, aging) every 5 ms instead of every
+    maintenance interval, for as long as the row stays broken."""
+    Schedule.objects.create(
+        name="broken", kind="noop", cron="0 25 * * *", next_fire_at=datetime.now(timezone.utc) - timedelta(hours=1)
+    )
+    config = make_config(["default"], maintenance_interval=0.5)
+    with running_worker(config) as worker:
+        wait_until(lambda: worker.maintenance.rounds >= 2, what="two leader rounds")
+        assert worker.maintenance._round_delay() == config.maintenance_interval
+        # Fixed in the admin: the leader reads the row again and fires it.
+        row = Schedule.objects.get(name="broken")
+        row.cron = "* * * * * *"
+        save_schedule(row, changed=["cron"])
+        wait_until(lambda: Job.objects.filter(metadata__schedule="broken").exists(), what="the fixed row fired")
