@@ -16,6 +16,7 @@ wall-clock slots of a zone into instants, so daylight-saving changes are explici
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
@@ -33,6 +34,9 @@ CATCH_UP_LIMIT_MAX = 10_000
 # next_after walks at most this many wall-clock slots that map to instants already passed (a
 # per-second schedule in the repeated fall-back hour walks 3,600).
 _MAX_SKIPPED_SLOTS = 100_000
+# croniter's random field ("R", "R(0-29)", "R/15", "R(0-29)/15"): a new draw each time the expression
+# is read, and every plan reads it afresh, so it has no fixed slots to fire once each.
+_RANDOM_FIELD = re.compile(r"r(\(\d+-\d+\))?(/\d+)?", re.IGNORECASE | re.ASCII)
 
 
 def _naive(moment: datetime, zone: ZoneInfo) -> datetime:
@@ -145,6 +149,15 @@ def parse(expression: object, tz: object = "UTC", *, name: str | None = None) ->
             expression,
             tz,
             f"has {len(fields)} fields; use 5 (minute hour day month weekday) or 6 (second first)",
+            name=name,
+        )
+    random = [field for field in fields if _RANDOM_FIELD.fullmatch(field)]
+    if random:
+        raise InvalidScheduleError(
+            expression,
+            tz,
+            f"field {random[0]!r} is random (croniter draws a new value each time the schedule is read, so it "
+            "has no fixed slot to fire once); write the value, e.g. '17' for minute 17",
             name=name,
         )
     try:

@@ -130,6 +130,17 @@ def test_parse__refuses_with_the_value_and_the_fix(expression: str, tz: str, wor
     assert "schedule 'nightly'" in message
 
 
+@pytest.mark.parametrize("expression", ["R * * * *", "0 r * * *", "R(0-29)/15 * * * *", "0 0 * * R", "R * * * * *"])
+def test_parse__refuses_random_fields(expression: str) -> None:
+    """croniter's 'R' draws a random value each time an expression is read, and the leader reads a
+    schedule's cron afresh for every plan: 'R * * * *' (meant: hourly at a random minute) fired at
+    a new random minute each time, so several times in some hours and none in others; each leader
+    and the admin's 'next fire times' drew their own. No fixed slot, so no way to fire each once."""
+    with pytest.raises(InvalidScheduleError) as info:
+        parse(expression, "UTC", name="nightly")
+    assert "random" in str(info.value) and "schedule 'nightly'" in str(info.value)
+
+
 # --- missed slots -------------------------------------------------------------------------
 
 
