@@ -135,7 +135,8 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """awa.E017 an AWA that is not a dict; awa.W001 unknown AWA keys; every rule of ``awa_django.conf``
-    (awa.E002-E004, E006-E008, E010, E012-E015) as an Error; awa.W004, W005 the pooler settings."""
+    (awa.E002-E004, E006-E008, E010, E012-E015) as an Error; awa.E018 a heartbeat staleness not above the
+    interval (each valid alone, refused together by the worker); awa.W004, W005 the pooler settings."""
     user = user_settings()
     messages: list[CheckMessage] = []
     wrong_type = awa_type_problem()
@@ -149,10 +150,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="awa.W001",
             )
         )
-    for problem in find_problems(user):
+    problems = find_problems(user)
+    for problem in problems:
         if problem.id != "awa.E002":  # check_postgres says it, next to the other alias problems
             messages.append(Error(problem.message, hint=problem.hint, id=problem.id))
     current, _ = build(user)
+    bad = {problem.key for problem in problems}
+    if not {"HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS"} & bad and (
+        current.HEARTBEAT_STALENESS <= current.HEARTBEAT_INTERVAL
+    ):
+        # The worker refuses this pair at start (WorkerConfig); each value alone passes awa.E003.
+        messages.append(
+            Error(
+                f"AWA['HEARTBEAT_STALENESS'] ({current.HEARTBEAT_STALENESS:g}s) does not exceed "
+                f"AWA['HEARTBEAT_INTERVAL'] ({current.HEARTBEAT_INTERVAL:g}s): a live job would be rescued "
+                "between two heartbeats; workers refuse this configuration",
+                hint=f"raise HEARTBEAT_STALENESS above {current.HEARTBEAT_INTERVAL:g}, to a few intervals "
+                "(the defaults are 5 and 30), or lower HEARTBEAT_INTERVAL",
+                id="awa.E018",
+            )
+        )
     messages.extend(_pooler_warnings(current))
     return messages
 

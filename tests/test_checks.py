@@ -193,3 +193,19 @@ def test_check_settings__awa_not_a_dict_is_e017_naming_the_type(value: object) -
 def test_check_settings__awa_none_or_empty_is_the_defaults(value: object) -> None:
     with override_settings(AWA=value):
         assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "awa",
+    [{"HEARTBEAT_INTERVAL": 60}, {"HEARTBEAT_INTERVAL": 10, "HEARTBEAT_STALENESS": 10}],
+)
+def test_check_settings__a_heartbeat_staleness_not_above_the_interval_is_e018(awa: dict[str, Any]) -> None:
+    """Each value passes its own rule (awa.E003), but awa_worker refuses the pair at start
+    ('heartbeat_staleness must exceed heartbeat_interval, or live jobs would be rescued'): a deploy
+    gated on `manage.py check` shipped workers that could not start. The check says it first."""
+    with override_settings(AWA=awa):
+        messages = check_settings()
+    assert ids(messages) == ["awa.E018"]
+    (error,) = messages
+    assert "HEARTBEAT_STALENESS" in error.msg and "HEARTBEAT_INTERVAL" in error.msg
+    assert error.hint is not None and "HEARTBEAT_STALENESS" in error.hint
