@@ -21,6 +21,7 @@ it cannot read. Pure: no I/O, nothing here imports the runtime.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,6 +44,15 @@ def _int(data: Mapping[str, Any], key: str, where: str) -> int:
 
 def _optional_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
     return None if data.get(key) is None else _int(data, key, where)
+
+
+def _optional_seconds(data: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise SnapshotFormatError(f"{where}: {key!r} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _bool(data: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
@@ -135,6 +145,9 @@ class WorkerFlags:
     cluster_leased: bool | None = None  # scope "cluster" only: those caps are within their lease
     draining: bool = False  # an operator asked it to drain and stop (a WorkerRequest), and it is
     held_queues: tuple[str, ...] = ()  # queues an operator asked it to stop claiming, sorted
+    # Its own --heartbeat-staleness: the leader's rescue leaves this worker's running jobs alone
+    # that long after their last heartbeat, even when the leader's own staleness is shorter.
+    heartbeat_staleness: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -148,6 +161,8 @@ class WorkerFlags:
             "draining": self.draining,
             "held_queues": list(self.held_queues),
         }
+        if self.heartbeat_staleness is not None:
+            data["heartbeat_staleness"] = self.heartbeat_staleness
         if self.cluster_caps is not None:
             data["cluster_caps"] = dict(self.cluster_caps)
             data["cluster_leased"] = bool(self.cluster_leased)
@@ -176,6 +191,7 @@ class WorkerFlags:
             cluster_leased=_bool(entry, "cluster_leased", where) if cluster_caps is not None else None,
             draining=_bool(entry, "draining", where),
             held_queues=_names(entry, "held_queues", where),
+            heartbeat_staleness=_optional_seconds(entry, "heartbeat_staleness", where),
         )
 
 

@@ -2,6 +2,11 @@
 -- deadline passed: retryable and due now, or failed when the attempt was the last one; an error
 -- entry records why. Run by the maintenance leader only.
 -- Parameters: staleness (interval), limit (int).
+-- Whose staleness: the leader's, or the attempt's own worker's when that worker still reports
+--   (its awa_worker_instance row, matched by attempted_by = host:pid) with a longer one in its flags
+--   (--heartbeat-staleness): workers may run with their own heartbeat settings (a rolling deploy
+--   that raised HEARTBEAT_INTERVAL, one worker tuned by hand), and a live worker's job rescued
+--   between two of its heartbeats would run twice. A past deadline rescues whatever the staleness.
 -- Returns each rescued job's id, new state, kind, queue, attempt and why (its outcome log line).
 -- Index: awa_job_running_hb_idx and awa_job_running_dl_idx (partial, state = 'running').
 -- Locking: SKIP LOCKED, so a worker finalising the same row right now wins, and the rescue skips it.
@@ -11,13 +16,21 @@
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
 WITH stale AS (
-    SELECT id
-    FROM awa_job
-    WHERE state = 'running'
-      AND (heartbeat_at < now() - %(staleness)s::interval OR deadline_at < now())
-    ORDER BY id
+    SELECT j.id
+    FROM awa_job AS j
+    WHERE j.state = 'running'
+      AND (j.heartbeat_at < now() - %(staleness)s::interval OR j.deadline_at < now())
+      AND (j.deadline_at < now() OR NOT EXISTS (
+          SELECT 1
+          FROM awa_worker_instance AS w
+          WHERE w.hostname || ':' || w.pid = j.attempted_by
+            AND j.heartbeat_at >= now() - make_interval(secs => CASE
+                WHEN jsonb_typeof(w.flags -> 'heartbeat_staleness') = 'number'
+                THEN least((w.flags ->> 'heartbeat_staleness')::numeric, 3155760000)::float8 END)
+      ))
+    ORDER BY j.id
     LIMIT %(limit)s::int
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 ), rescued AS (
 UPDATE awa_job AS j
 SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,

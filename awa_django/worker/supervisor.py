@@ -201,6 +201,7 @@ class Worker:
             cluster_leased=self.cluster.leased if self.cluster is not None else None,
             draining=self.control.draining,
             held_queues=tuple(sorted(self.control.held)),
+            heartbeat_staleness=self.config.heartbeat_staleness,
         )
 
     # --- control -------------------------------------------------------------------

@@ -50,9 +50,13 @@ def _registry(*handlers: tuple[str, Callable[..., Any]], atomic: bool = True) ->
 
 def _rescue_now() -> list[int]:
     """The maintenance leader's rescue, run now on every running job (as if each one's heartbeat
-    had gone stale): their leases are bumped, so their workers' late writes miss the guard."""
-    with connection.cursor() as cursor:
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "-1 hour", "limit": 100})
+    had gone stale): their leases are bumped, so their workers' late writes miss the guard.
+    Their heartbeats are set a day back first, in the rescue's transaction (a worker's heartbeat
+    waits for it, then misses its guard): the rescue spares a job still within its own live
+    worker's staleness, whatever the leader's."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE awa_job SET heartbeat_at = now() - interval '1 day' WHERE state = 'running'")
+        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "1 hour", "limit": 100})
         return [row[0] for row in cursor.fetchall()]
 
 

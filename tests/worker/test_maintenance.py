@@ -18,7 +18,7 @@ from awa_django.sql import statements
 from awa_django.worker import JobContext, QueueConfig
 from tests.factories import JobFactory
 from tests.harness import drop_range_partitions, make_config, running_worker, wait_until
-from tests.worker.support import Gates, wait_for_row
+from tests.worker.support import Gates, gated_registry, wait_for_row
 
 
 @pytest.mark.django_db(transaction=True)
@@ -178,3 +178,38 @@ def test_queue_durations_over_a_year__capped_as_read__the_claim_runs() -> None:
     with running_worker(make_config({"huge": config})):
         done = wait_for_row(job.pk, state="completed")
     assert done.attempt == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rescue__a_live_worker_with_a_longer_heartbeat_than_the_leaders_staleness_keeps_its_job() -> None:
+    """Workers may run with their own --heartbeat-interval/--heartbeat-staleness (a rolling deploy
+    that raised HEARTBEAT_INTERVAL; one worker tuned by hand): each is valid on its own. The leader
+    rescues with *its* staleness, so a live worker heartbeating every 3 s under a leader whose
+    staleness is 1 s has its running job rescued between two heartbeats and run again (attempt 2)
+    while attempt 1 still runs: a duplicate execution of a job nobody crashed."""
+    gates, started = Gates(), []
+    leader_config = make_config(["elsewhere"], heartbeat_interval=0.5, heartbeat_staleness=1.0)
+    slow_config = make_config(["slow"], heartbeat_interval=3.0, heartbeat_staleness=10.0)
+    with running_worker(leader_config) as leader:
+        wait_until(lambda: leader.maintenance.is_leader, what="the first worker leading")
+        with running_worker(slow_config, registry=gated_registry(gates, started, "slow")) as slow:
+            assert not slow.maintenance.is_leader
+            job = Job.objects.enqueue("gated", queue="slow")
+            claimed = wait_for_row(job.pk, state="running")
+            beats: list[object] = [claimed.heartbeat_at]
+
+            def two_heartbeats_or_a_rescue() -> bool:
+                now = Job.objects.get(pk=job.pk)
+                if (
+                    now.heartbeat_at is not None
+                    and now.heartbeat_at != beats[-1]
+                    and now.run_lease == claimed.run_lease
+                ):
+                    beats.append(now.heartbeat_at)
+                return len(beats) >= 3 or now.run_lease != claimed.run_lease
+
+            wait_until(two_heartbeats_or_a_rescue, what="two heartbeats of attempt 1, or its rescue")
+            after = Job.objects.get(pk=job.pk)
+            gates.open_all()
+            assert (after.run_lease, after.errors) == (claimed.run_lease, []), after.errors
+            assert started == [job.pk]
