@@ -48,8 +48,8 @@ def add_instance(flag: Any, seen_ago: int = 0) -> None:
         flags["heartbeat_staleness"] = flag
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO awa_worker_instance (instance_id, hostname, pid, started_at, last_seen_at, mode, queues, flags)"
-            " VALUES (%s, %s, %s, now(), now() - make_interval(secs => %s), 'hard_reserved', '{}', %s::jsonb)",
+            "INSERT INTO awa_worker_instance"
+            " (instance_id, hostname, pid, started_at, last_seen_at, mode, queues, flags) VALUES (%s, %s, %s, now(), now() - make_interval(secs => %s), 'hard_reserved', '{}', %s::jsonb)",
             [str(uuid.uuid4()), HOST, PID, seen_ago, json.dumps(flags)],
         )
 
