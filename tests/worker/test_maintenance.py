@@ -187,7 +187,7 @@ def test_rescue__a_live_worker_with_a_longer_heartbeat_than_the_leaders_stalenes
     rescues with *its* staleness, so a live worker heartbeating every 3 s under a leader whose
     staleness is 1 s has its running job rescued between two heartbeats and run again (attempt 2)
     while attempt 1 still runs: a duplicate execution of a job nobody crashed."""
-    gates, started = Gates(), []
+    gates, started = Gates(), list[int]()
     leader_config = make_config(["elsewhere"], heartbeat_interval=0.5, heartbeat_staleness=1.0)
     slow_config = make_config(["slow"], heartbeat_interval=3.0, heartbeat_staleness=10.0)
     with running_worker(leader_config) as leader:

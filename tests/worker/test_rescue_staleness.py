@@ -48,8 +48,9 @@ def add_instance(flag: Any, seen_ago: int = 0) -> None:
         flags["heartbeat_staleness"] = flag
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO awa_worker_instance"
-            " (instance_id, hostname, pid, started_at, last_seen_at, mode, queues, flags) VALUES (%s, %s, %s, now(), now() - make_interval(secs => %s), 'hard_reserved', '{}', %s::jsonb)",
+            "INSERT INTO awa_worker_instance (instance_id, hostname, pid, started_at, last_seen_at, mode,"
+            " queues, flags) VALUES (%s, %s, %s, now(), now() - make_interval(secs => %s), 'hard_reserved',"
+            " '{}', %s::jsonb)",
             [str(uuid.uuid4()), HOST, PID, seen_ago, json.dumps(flags)],
         )
 
@@ -81,7 +82,7 @@ def test_rescue__a_job_is_rescued_iff_past_the_leaders_staleness_and_its_own_rep
                 [age, f"{HOST}:{PID}" if own_worker else f"{HOST}:{PID + 1}", deadline_passed, job.pk],
             )
             add_instance(flag)
-            cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(seconds=leader), "limit": 10})
+            cursor.execute(statements["rescue_stale_jobs"], {"staleness": timedelta(seconds=leader), "limit": 10})  # type: ignore[dict-item]
             rescued = [row[0] for row in cursor.fetchall()]
         transaction.set_rollback(True)
     own = effective(flag) if own_worker and flag is not MISSING else None
@@ -105,7 +106,8 @@ def test_delete_stale_worker_instances__keeps_a_row_within_its_own_staleness(
         add_instance(flag, seen_ago)
         with connection.cursor() as cursor:
             cursor.execute(
-                statements["delete_stale_worker_instances"], {"older_than": timedelta(seconds=older_than)}
+                statements["delete_stale_worker_instances"],
+                {"older_than": timedelta(seconds=older_than)},  # type: ignore[dict-item]
             )
             deleted = cursor.rowcount
         transaction.set_rollback(True)

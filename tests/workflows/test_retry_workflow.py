@@ -17,6 +17,11 @@ from tests.workflows import jobs  # noqa: F401 - registers the wf.* handlers
 pytestmark = pytest.mark.django_db
 
 
+def _id(wf: Workflow) -> int:
+    assert wf.id is not None  # set by enqueue()
+    return wf.id
+
+
 def test_retry_workflow__a_dependent_still_waiting_is_not_released_twice_by_a_retried_upstream() -> None:
     wf = Workflow("retry-waiting")
     bad = wf.add("wf.fail", name="bad")
@@ -28,7 +33,7 @@ def test_retry_workflow__a_dependent_still_waiting_is_not_released_twice_by_a_re
     assert Job.objects.get(pk=bad.id).state == "failed"
     assert Job.objects.get(pk=final.id).pending == 1  # waits for slow alone
 
-    assert retry_workflow(wf.id) == 1  # bad runs again
+    assert retry_workflow(_id(wf)) == 1  # bad runs again
     run_jobs(queue="default", raise_on_failure=False)  # bad fails again
 
     # final still waits for slow, which has not run
@@ -52,7 +57,7 @@ def test_retry_workflow__a_batch_that_all_completed_does_not_run_its_on_discard_
     callbacks = [s for s in batch.steps if s.name in ("discard", "then")]
     assert {Job.objects.get(pk=s.id).state for s in callbacks} == {"cancelled"}  # every job completed
 
-    assert retry_workflow(batch.id) == 0  # nothing failed: nothing to re-arm
+    assert retry_workflow(_id(batch)) == 0  # nothing failed: nothing to re-arm
     run_jobs()
 
     assert {Job.objects.get(pk=s.id).state for s in callbacks} == {"cancelled"}  # nothing was discarded
@@ -72,7 +77,7 @@ def test_retry_workflow__a_dependent_parked_in_a_durable_wait_is_not_touched_by_
     run_jobs(raise_on_failure=False)  # bad fails; approve runs and parks in its wait
     assert Job.objects.get(pk=approve.id).state == "waiting"
 
-    assert retry_workflow(wf.id) == 1  # bad runs again (and fails again)
+    assert retry_workflow(_id(wf)) == 1  # bad runs again (and fails again)
     run_jobs(raise_on_failure=False)
 
     # the parked step still waits for its event, and the event wakes it
