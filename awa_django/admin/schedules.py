@@ -9,6 +9,7 @@ resume_schedules, run_schedules_now), so it never overwrites a fire the leader c
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -17,6 +18,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -35,6 +37,7 @@ from awa_django.services.schedules import (
     run_schedules_now,
     save_schedule,
 )
+from awa_django.storable import find_problem
 
 if TYPE_CHECKING:
     _ScheduleAdminBase = admin.ModelAdmin[Schedule]
@@ -42,6 +45,21 @@ else:  # ModelAdmin is generic for the type checker only
     _ScheduleAdminBase = admin.ModelAdmin
 
 NEXT_FIRES_SHOWN = 5
+
+
+class ArgsField(forms.JSONField):
+    """Django's JSONField, whose form shown back (with an error) writes a lone surrogate as
+    ``\\udcff``: written as the character itself, the page could not be encoded (a 500)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        text = super().prepare_value(value)
+        if isinstance(value, InvalidJSONInput) or not isinstance(text, str) or text.isascii():
+            return text
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(value, cls=self.encoder)  # ensure_ascii: every character escaped
+        return text
 
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -53,6 +71,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Schedule
         fields = ("name", *SCHEDULE_CODE_FIELDS, "paused")
+        field_classes = {"args": ArgsField}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -74,6 +93,9 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         args = data.get("args")
         if "args" in data and not isinstance(args, dict):
             self.add_error("args", f"args must be a JSON object ({{...}}), not {type(args).__name__}: {args!r}")
+        elif isinstance(args, dict) and (unstorable := find_problem(args, "args")) is not None:
+            # jsonb refuses a NUL or a lone surrogate: said here, not as a DataError at the INSERT (a 500)
+            self.add_error("args", f"{unstorable}, which Postgres cannot store; remove it")
         elif kind and isinstance(args, dict) and self._fires_with(data):
             handler = registry.get(kind)
             check = handler.args_check if handler is not None else None  # no handler: the kind's error says so

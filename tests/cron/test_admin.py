@@ -65,6 +65,10 @@ def test_add__creates_the_schedule_with_its_next_fire(client: Client) -> None:
         ("timezone", "Paris", "'Paris' is not a known IANA time zone"),
         ("kind", "no_such_kind", "no @job handler registers kind 'no_such_kind'"),
         ("args", "[1, 2]", "args must be a JSON object"),
+        # Postgres' jsonb refuses \u0000 and a lone surrogate: a form error, not a 500 at the INSERT.
+        ("args", '{"note": "a\\u0000b"}', "args['note'] contains a NUL character"),
+        ("args", '{"note": "\\udcff"}', "args['note'] contains a lone surrogate"),
+        ("args", '{"\\u0000": 1}', "a key of args"),
     ],
 )
 def test_add__bad_values_are_refused_naming_them(client: Client, field: str, value: str, words: str) -> None:
