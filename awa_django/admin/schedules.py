@@ -10,6 +10,7 @@ resume_schedules, run_schedules_now), so it never overwrites a fire the leader c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -24,9 +25,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from awa_django.cron import parse
-from awa_django.exceptions import AwaError, InvalidScheduleError
+from awa_django.cron import check_policy, parse
+from awa_django.defaults import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
+from awa_django.exceptions import AwaError, InvalidJobError, InvalidScheduleError
 from awa_django.forms import FairKeyField
+from awa_django.jobspec import check_int, check_name
 from awa_django.models import Job, Schedule, ScheduleSource
 from awa_django.registry import registry
 from awa_django.services.schedules import (
@@ -76,6 +79,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         name = data.get("name") or (self.instance.name if self.instance.pk else None)
+        self._check_as_in_code(data, name)
         cron, tz = data.get("cron"), data.get("timezone")
         if cron is not None and tz is not None:
             try:
@@ -103,6 +107,28 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             if problem is not None:
                 self.add_error("args", problem)
         return data
+
+    def _check_as_in_code(self, data: dict[str, Any], name: str | None) -> None:
+        """The rules a schedule declared in code is held to (``schedule_spec``), each error on its
+        field: its name and queue are names (no control character, no whitespace around), its
+        priority and max_attempts are those a job may have, its catch-up limit is in range."""
+        checks: dict[str, Callable[[Any], object]] = {
+            "name": lambda value: check_name("name", value, None),
+            "queue": lambda value: check_name("queue", value, None),
+            "priority": lambda value: check_int("priority", value, PRIORITY_MIN, PRIORITY_MAX, None),
+            "max_attempts": lambda value: check_int("max_attempts", value, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX, None),
+        }
+        for field, check in checks.items():
+            if data.get(field) is not None:
+                try:
+                    check(data[field])
+                except InvalidJobError as exc:
+                    self.add_error(field, str(exc))
+        if data.get("catch_up_limit") is not None and data.get("missed") is not None:
+            try:
+                check_policy(data["missed"], data["catch_up_limit"], name=name)
+            except InvalidScheduleError as exc:
+                self.add_error(exc.field, str(exc))
 
     def _fires_with(self, data: dict[str, Any]) -> bool:
         """Whether the args must fit now: the schedule is saved active, or new, or with another kind or

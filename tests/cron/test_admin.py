@@ -69,6 +69,14 @@ def test_add__creates_the_schedule_with_its_next_fire(client: Client) -> None:
         ("args", '{"note": "a\\u0000b"}', "args['note'] contains a NUL character"),
         ("args", '{"note": "\\udcff"}', "args['note'] contains a lone surrogate"),
         ("args", '{"\\u0000": 1}', "a key of args"),
+        # The rules a schedule declared in code is held to (schedule_spec), each on its field,
+        # naming the value and the range, not "Constraint … is violated" for the whole form.
+        ("name", "night\tly", "holds a control character"),
+        ("queue", "de\tfault", "holds a control character"),
+        ("priority", "9", "priority=9: must be an integer from 1 to 4"),
+        ("priority", "0", "priority=0: must be an integer from 1 to 4"),
+        ("max_attempts", "0", "max_attempts=0: must be an integer from 1 to 1000"),
+        ("catch_up_limit", "0", "catch_up_limit=0 must be an integer from 1 to"),
     ],
 )
 def test_add__bad_values_are_refused_naming_them(client: Client, field: str, value: str, words: str) -> None:
