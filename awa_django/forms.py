@@ -139,6 +139,15 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
             "key_max_running",
         )
 
+    def clean_name(self) -> str:
+        """A name enqueue and ``awa_worker -q`` accept (check_name): a queue named with a control
+        character could never receive a job."""
+        value = self.cleaned_data.get("name")
+        try:
+            return check_name("name", value, None)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="name") from None
+
     def clean_key_weight(self) -> int:
         value = self.cleaned_data.get("key_weight")
         if value is None:

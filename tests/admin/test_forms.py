@@ -132,3 +132,11 @@ def test_queue_form__sum_of_min_workers_is_checked_against_a_live_workers_global
 def test_queue_form__integer_past_the_column_names_the_field_and_value(field: str) -> None:
     message = errors(form(**{field: 99999999999}), field)  # type: ignore[arg-type]
     assert f"{field} 99999999999 is too large" in message, message
+
+
+@pytest.mark.parametrize("name", ["em\tails", "em\nails", "em\x1bails"])
+def test_queue_form__a_name_no_job_could_be_enqueued_into_is_refused(name: str) -> None:
+    # enqueue refuses such a queue name (check_name), and so does awa_worker -q: a row saved with
+    # it would be a queue no job can ever reach.
+    assert "holds a control character" in errors(form(name=name), "name")
+    assert not Queue.objects.exists()
