@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import json
 import threading
 import traceback
 from collections.abc import Callable
@@ -37,6 +36,8 @@ from awa_django.context import JobContext
 from awa_django.exceptions import Snooze, TerminalError
 from awa_django.handlers import TASK_METADATA_KEY, Handler
 from awa_django.inline import running_inline
+from awa_django.storable import find_problem
+from awa_django.validation import UnstorableValueError, storable_json
 
 _handlers: dict[str, Handler] = {}
 _handlers_lock = threading.Lock()
@@ -118,7 +119,8 @@ class _Attempt:
     def succeeded(self, value: Any) -> tuple[Any, TaskResult[Any, Any]]:
         """The value to store and the finished result. As the framework's backends do, a value
         JSON cannot hold fails the attempt: TypeError (ValueError for NaN, infinities, bytes
-        that are not UTF-8), naming the value and the fix."""
+        that are not UTF-8, and what Postgres' jsonb refuses: a NUL, a lone surrogate, a value
+        past its size), naming the value and the fix."""
         fix = "return None or JSON-serialisable data (str, int, float, bool, None, list, dict)"
         try:
             stored = normalize_json(value)
@@ -129,10 +131,14 @@ class _Attempt:
                 f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); {fix}"
             ) from None
         try:
-            json.dumps(stored, allow_nan=False)
-        except ValueError as exc:
+            storable_json(stored)  # what the row takes: no NaN, and no NUL or lone surrogate for jsonb
+        except UnstorableValueError as exc:
+            # Refused here, not by the executor after task_finished said SUCCESSFUL: the signal and
+            # the row both say FAILED, with this ValueError.
+            where = find_problem(stored, "the task's return value")
             raise ValueError(
-                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc}); {fix}"
+                f"the task returned a value that cannot be stored as JSON ({type(value).__name__}: {exc.reason})"
+                f"{'; ' + where if where else ''}; {fix}"
             ) from None
         finished = dataclasses.replace(self.started, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
         object.__setattr__(finished, "_return_value", stored)

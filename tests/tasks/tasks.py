@@ -80,6 +80,11 @@ def undecodable() -> bytes:
 
 
 @task()
+def returns_nul() -> dict[str, str]:
+    return {"note": "a\x00b"}  # JSON holds it; Postgres' jsonb does not
+
+
+@task()
 def enqueues_label(name: str) -> dict[str, Any]:
     """Enqueues ``label`` and reports what the result it got back said at that moment."""
     inner = label.enqueue(name)

@@ -43,6 +43,7 @@ from tests.tasks.tasks import (
     exits_async,
     interrupted,
     label,
+    returns_nul,
     undecodable,
     unstorable,
 )
@@ -333,6 +334,17 @@ def test_result_json_cannot_hold__fails_with_the_frameworks_error_type(task: Any
     assert [error.exception_class_path for error in stored.errors] == [class_path]
     assert "cannot be stored as JSON" in stored.errors[0].traceback
     assert "return None or JSON-serialisable data" in stored.errors[0].traceback
+
+
+@pytest.mark.django_db
+def test_result_jsonb_cannot_hold__the_finished_signal_says_failed_as_the_row_does(signals: Signals) -> None:
+    # A NUL in the return value: task_finished said SUCCESSFUL (with that value) while the job
+    # ended FAILED, its error an AwaError the task never raised.
+    result = returns_nul.enqueue()
+    [run] = run_jobs(raise_on_failure=False)
+    assert run.state == JobState.FAILED
+    assert_finished_failed(signals, result, "builtins.ValueError", committed=False)
+    assert "NUL character" in result.task.get_result(result.id).errors[0].traceback
 
 
 @pytest.mark.django_db(transaction=True)
