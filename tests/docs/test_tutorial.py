@@ -43,6 +43,7 @@ STEP = re.compile(
 )
 FENCE = re.compile(r"^```(sh|python)$", re.M)
 PRINTS = re.compile(r"It prints `([^`]+)`")
+STOPPED = re.compile(r"`worker stopped … ([^`]+)`")  # the stop line the page quotes, after its "…"
 # The lines of step 1 that make the reader's environment; the test's interpreter stands in for them.
 ENVIRONMENT = ("python3 -m venv ", "pip install ")
 # Generous, for a loaded machine: how long one command, and the worker's job, may take.
@@ -57,6 +58,7 @@ class Step:
     lang: str
     body: str
     prints: str | None
+    after: str = ""  # the prose after the block, up to the next step
 
 
 def steps(text: str) -> list[Step]:
@@ -67,6 +69,7 @@ def steps(text: str) -> list[Step]:
             m["lang"],
             m["body"],
             (printed[1] if (printed := PRINTS.search(m["after"])) else None),
+            m["after"],
         )
         for m in STEP.finditer(text)
     ]
@@ -229,5 +232,9 @@ def test_tutorial__runs_as_written_from_a_fresh_startproject(tmp_path: Path, fre
             assert "Hello, Ada!" in output
             assert f"job completed job_id={job_id} kind=greet queue=default attempt=1" in output
             assert "worker stopped" in output and "written=1" in output
+            quoted = STOPPED.search(step.after)
+            assert quoted is not None, "the page no longer quotes the worker's stop line"
+            for field in quoted[1].split():  # each key=value the page says the stop line has
+                assert field in output, f"the page says the worker stops with {field!r}; it said:\n{output}"
     assert job_id is not None
     assert any("Applying awa.0001_initial... OK" in output for output in outputs)  # as the page says
