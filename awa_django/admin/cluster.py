@@ -12,11 +12,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
 
+from awa_django.admin.helpers import SafeListMixin
 from awa_django.models import ClusterSettings, WorkerCapacity
 
 
 @admin.register(ClusterSettings)
-class ClusterSettingsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ClusterSettingsAdmin(SafeListMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("__str__", "global_max_workers", "workers_in_cluster_scope", "effective")
     fields = ("global_max_workers",)
 
@@ -43,7 +44,7 @@ class ClusterSettingsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(WorkerCapacity)
-class WorkerCapacityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerCapacityAdmin(SafeListMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("instance_id", "queues_table", "lease", "reported_at", "planned_at")
     readonly_fields = [f.name for f in WorkerCapacity._meta.fields]
 

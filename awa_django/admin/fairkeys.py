@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from awa_django.admin.helpers import NulSafeChangeList, SafeSelectionMixin
 from awa_django.defaults import KEY_WEIGHT_DEFAULT
 from awa_django.forms import FairKeyForm, cap_above_slots
 from awa_django.models import FairKey, Queue
@@ -36,7 +37,7 @@ def key_label(key: str) -> SafeString:
     return format_html("<code>{}</code>", key)
 
 
-class FairKeyChangeList(ChangeList):
+class FairKeyChangeList(NulSafeChangeList):
     """Attaches each row's queue defaults (key_weight, key_max_running) after the page is fetched:
     one query for the page's queues."""
 
@@ -64,7 +65,7 @@ def _defaults(obj: FairKey) -> tuple[int, int | None]:
 
 
 @admin.register(FairKey)
-class FairKeyAdmin(_FairKeyAdminBase):
+class FairKeyAdmin(SafeSelectionMixin, _FairKeyAdminBase):
     form = FairKeyForm
     list_display = ("queue", "key_shown", "weight_in_force", "cap_in_force", "updated_at")
     list_display_links = ("queue", "key_shown")

@@ -1,4 +1,4 @@
-"""What the Job and Queue admins share: ids read safely from URLs and selections, JSON shown as
+"""What the app's admins share: ids read safely from URLs and selections, JSON shown as
 text, and the console's query budget. The job list's paging is in ``admin.paging``."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.db import connections, transaction
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
+from django.core.exceptions import ValidationError
+from django.db import connections, models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -43,6 +46,21 @@ def parse_id(text: str) -> int | None:
     return value if value <= BIGINT_MAX else None
 
 
+def selectable(model: type[models.Model], value: str) -> bool:
+    """Whether ``value`` could be the primary key of a row of ``model``: an integer key read by
+    ``parse_id``, any other (a UUID) by its field, a NUL never (Postgres refuses it in text)."""
+    pk = model._meta.pk
+    if isinstance(pk, models.IntegerField):
+        return parse_id(value) is not None
+    if "\x00" in value or pk is None:
+        return False
+    try:
+        pk.to_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
 class SafeSelectionMixin:
     """Admin actions refuse a selection holding an id no row can have, with a message, before
     Django filters by it (``pk__in=["²"]`` raises ValueError; a NUL aborts the query)."""
@@ -51,7 +69,7 @@ class SafeSelectionMixin:
         self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
     ) -> HttpResponse | None:
         selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
-        bad = [value for value in selected if parse_id(value) is None]
+        bad = [value for value in selected if not selectable(queryset.model, value)]
         if bad:
             self.message_user(  # type: ignore[attr-defined]
                 request,
@@ -60,6 +78,25 @@ class SafeSelectionMixin:
             )
             return HttpResponseRedirect(request.get_full_path())
         return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc,no-any-return]
+
+
+class NulSafeChangeList(ChangeList):
+    """A change list whose filter values holding a NUL are a bad query string (the page redirects
+    to ``?e=1``), never a 500: Postgres refuses a NUL in a text value, and no stored field has one."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        filters = [values for name, values in self.filter_params.items() if name not in IGNORED_PARAMS]
+        if any("\x00" in value for values in filters for value in values):
+            raise IncorrectLookupParameters("a filter value holds a NUL byte, which no stored field can")
+        return super().get_queryset(request, exclude_parameters)
+
+
+class SafeListMixin(SafeSelectionMixin):
+    """What every admin of the app's lists needs: actions that refuse ids no row can have
+    (``SafeSelectionMixin``) and filters that refuse a NUL (``NulSafeChangeList``)."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NulSafeChangeList
 
 
 def job_link(site_name: str, query: str = "") -> Callable[[int], str]:

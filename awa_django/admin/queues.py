@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -22,7 +22,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from awa_django.admin.dashboard import REFRESH_SECONDS, DashboardMixin
-from awa_django.admin.helpers import COUNT_LIMIT, SafeSelectionMixin
+from awa_django.admin.helpers import COUNT_LIMIT, NulSafeChangeList, SafeSelectionMixin
 from awa_django.admin.live import live_json
 from awa_django.forms import QueueForm
 from awa_django.models import JobState, Queue
@@ -38,16 +38,10 @@ LIVE_COLUMNS = (
 )  # fmt: skip
 
 
-class QueueChangeList(ChangeList):
-    """Attaches each row's QueueStats after the page is fetched: one grouped query for the page."""
-
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Queue]:
-        # Postgres refuses a NUL in a text value: such a filter is a bad query string (the page
-        # redirects to ?e=1, the live view answers 400), never a 500.
-        filters = [values for name, values in self.filter_params.items() if name not in IGNORED_PARAMS]
-        if any("\x00" in value for values in filters for value in values):
-            raise IncorrectLookupParameters("a filter value holds a NUL byte, which no queue's field can")
-        return super().get_queryset(request, exclude_parameters)
+class QueueChangeList(NulSafeChangeList):
+    """Attaches each row's QueueStats after the page is fetched: one grouped query for the page.
+    A filter value holding a NUL is a bad query string (the page redirects to ?e=1, the live view
+    answers 400), never a 500 (``NulSafeChangeList``)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

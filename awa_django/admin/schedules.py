@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from awa_django.admin.helpers import SafeListMixin
 from awa_django.cron import check_policy, parse
 from awa_django.defaults import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
 from awa_django.exceptions import AwaError, InvalidJobError, InvalidScheduleError
@@ -150,7 +151,7 @@ def _local(moment: datetime | None, tz: str) -> str:
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(_ScheduleAdminBase):
+class ScheduleAdmin(SafeListMixin, _ScheduleAdminBase):
     form = ScheduleForm
     list_display = ("name", "kind", "cron", "timezone", "status", "next_fire", "last_fire", "last_job", "jobs")
     list_filter = ("paused", "source", "missed")

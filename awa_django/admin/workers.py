@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from awa_django.admin.helpers import parse_id
+from awa_django.admin.helpers import SafeListMixin, parse_id
 from awa_django.exceptions import WorkerRequestError
 from awa_django.models import WorkerAction, WorkerInstance, WorkerRequest
 from awa_django.services.cluster import default_stale_after, mode_label, worker_scope
@@ -44,7 +44,7 @@ HIDDEN_BUTTONS = {"show_save": False, "show_save_and_continue": False, "show_sav
 
 
 @admin.register(WorkerInstance)
-class WorkerInstanceAdmin(_WorkerAdminBase):
+class WorkerInstanceAdmin(SafeListMixin, _WorkerAdminBase):
     list_display = ("__str__", "mode_shown", "state", "queues_shown", "seen", "requests_shown", "running_link")
     readonly_fields = [
         "hostname", "pid", "instance_id", "mode_shown", "state", "queues_shown", "started_at", "last_seen_at",

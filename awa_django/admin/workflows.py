@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
-from awa_django.admin.helpers import parse_id
+from awa_django.admin.helpers import SafeListMixin, parse_id
 from awa_django.models import Job, JobEdge, JobState, Workflow
 from awa_django.validation import brief
 from awa_django.workflows.layout import MAX_NODES, layout
@@ -30,7 +30,7 @@ UNFINISHED = [s for s in JobState if not s.is_terminal]
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(_WorkflowAdminBase):
+class WorkflowAdmin(SafeListMixin, _WorkflowAdminBase):
     list_display = ("id", "name", "created_at", "progress")
     list_display_links = ("id", "name")
     search_fields = ("name",)

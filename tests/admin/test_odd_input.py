@@ -8,16 +8,18 @@ exception itself.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awa_django.models import Job
+from awa_django.models import Job, WorkerCapacity
 from tests.admin.conftest import client_for
 from tests.factories import QueueFactory
 
@@ -128,3 +130,45 @@ def test_admin__job_page_for_superscript_two_is_not_found(admin_client: Client, 
 def test_admin__any_text_as_id_filter_or_search_never_500(admin_client: Client, job: Job, value: str) -> None:
     _check_object_urls(admin_client, value)
     _check_lists(admin_client, value)
+
+
+# Every other admin of the app, as the Job and Queue lists above: each of its list filters and
+# each of its actions, given a value no row can have (read from the changelist page itself, so a
+# filter or action added later is checked too).
+OTHER_ADMINS = ["schedule", "fairkey", "workflow", "workerinstance", "workercapacity", "clustersettings"]
+
+
+def _filters_and_actions(client: Client, model: str) -> tuple[list[str], list[str]]:
+    page = client.get(f"/admin/awa/{model}/")
+    assert page.status_code == 200
+    cl = page.context["cl"]
+    names = [name for spec in cl.filter_specs for name in spec.expected_parameters()]
+    # A field's own lookup is a filter too (Django takes ?mode__exact=… on any field of the model).
+    names += [f"{field.name}__exact" for field in cl.model._meta.fields if field.get_internal_type() == "CharField"]
+    form = page.context["action_form"]
+    actions = [value for value, _ in form.fields["action"].choices if value] if form is not None else []
+    return names, actions
+
+
+@pytest.mark.parametrize("model", OTHER_ADMINS)
+@pytest.mark.parametrize(
+    "value", ["²", "\x00", "a\x00b", "1.5", "9" * 30, "-1"], ids=["sup2", "nul", "a-nul-b", "1.5", "30-digits", "neg"]
+)
+def test_other_admins__odd_filter_values_and_selections_never_500(admin_client: Client, model: str, value: str) -> None:
+    filters, actions = _filters_and_actions(admin_client, model)
+    for name in [*filters, "q"]:
+        _ok(admin_client.get(f"/admin/awa/{model}/?{urlencode({name: value})}"))
+    for action in actions:
+        _ok(admin_client.post(f"/admin/awa/{model}/", {"action": action, "_selected_action": [value]}))
+
+
+def test_other_admins__a_selection_of_real_uuid_keys_still_acts(admin_client: Client) -> None:
+    # WorkerCapacity's key is a UUID: the selection check reads it by its field, not as an integer id.
+    row = WorkerCapacity.objects.create(instance_id=uuid.uuid4(), reported_at=timezone.now())
+    response = admin_client.post(
+        "/admin/awa/workercapacity/",
+        {"action": "delete_selected", "_selected_action": [str(row.pk)], "post": "yes"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert not WorkerCapacity.objects.exists()
