@@ -1,5 +1,5 @@
-"""The Queue and FairKey admin forms: the capacity rules of ``awa_django.concurrency.validation``
-and the fair key rules as form errors.
+"""The Queue, FairKey and ClusterSettings admin forms: the capacity rules of
+``awa_django.concurrency.validation`` and the fair key rules as form errors.
 
 The worker refuses a configuration that breaks these rules (and keeps its last good one); the
 form refuses it first, with the same functions and so the same messages, naming the numbers.
@@ -14,7 +14,12 @@ from django import forms
 from django.core import validators
 
 from awa_django import durations
-from awa_django.concurrency import QueueLimits, collect_capacity_errors, collect_queue_errors
+from awa_django.concurrency import (
+    QueueLimits,
+    check_global_max_workers,
+    collect_capacity_errors,
+    collect_queue_errors,
+)
 from awa_django.conf import awa_settings
 from awa_django.defaults import (
     KEY_WEIGHT_DEFAULT,
@@ -32,7 +37,7 @@ from awa_django.exceptions import (
     MinWorkersExceedGlobalError,
 )
 from awa_django.jobspec import check_name, fair_key_problem
-from awa_django.models import FairKey, Queue
+from awa_django.models import ClusterSettings, FairKey, Queue
 from awa_django.services.cluster import global_maximums, live_workers
 
 LIMIT_FIELDS = ("max_workers", "min_workers", "weight", "rate_limit", "rate_burst")
@@ -208,6 +213,35 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
                         f"min_workers add up to {others_sum}, so this queue may have at most "
                         f"{max(maximum - others_sum, 0)}.",
                     )
+
+
+class ClusterSettingsForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The cluster's one global maximum, held to the rules of AWA['GLOBAL_MAX_WORKERS']: at least
+    1 (0 would cap every worker in cluster scope at no job), and at least the queues' Σ min_workers."""
+
+    class Meta:
+        model = ClusterSettings
+        fields = ("global_max_workers",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        name_integer_limits(self)
+
+    def clean_global_max_workers(self) -> int | None:
+        value = self.cleaned_data.get("global_max_workers")
+        if value is None:
+            return None
+        queues = {
+            row["name"]: QueueLimits(**{name: row[name] for name in LIMIT_FIELDS})
+            for row in Queue.objects.values("name", *LIMIT_FIELDS)
+        }
+        own = check_global_max_workers(value)
+        if own is not None:
+            raise forms.ValidationError(str(own), code="global_max_workers")
+        for error in collect_capacity_errors(value, queues):
+            if isinstance(error, MinWorkersExceedGlobalError):  # a queue's own error is its form's to say
+                raise forms.ValidationError(str(error), code="global_max_workers")
+        return int(value)
 
 
 def clean_cap(value: int | None, field: str, empty: str) -> int | None:

@@ -13,11 +13,13 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 
 from awa_django.admin.helpers import SafeListMixin
+from awa_django.forms import ClusterSettingsForm
 from awa_django.models import ClusterSettings, WorkerCapacity
 
 
 @admin.register(ClusterSettings)
 class ClusterSettingsAdmin(SafeListMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ClusterSettingsForm
     list_display = ("__str__", "global_max_workers", "workers_in_cluster_scope", "effective")
     fields = ("global_max_workers",)
 

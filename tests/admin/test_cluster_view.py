@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from awa_django.models import ClusterSettings, WorkerCapacity
+from awa_django.models import ClusterSettings, Queue, WorkerCapacity
 
 
 @pytest.fixture
@@ -44,3 +44,34 @@ def test_worker_capacity__lists_each_worker_s_part_per_queue(admin_client_: Clie
     html = admin_client_.get("/admin/awa/workercapacity/").content.decode()
     assert "A: 3 / 24 / 4 / 5 / 1" in html
     assert "s left" in html
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        # 0 would cap every worker in cluster scope at 0 running jobs: every queue stops, silently.
+        ("0", "global_max_workers 0 is invalid; it must be an integer of at least 1"),
+        # Below the queues' guaranteed slots: the rule AWA['GLOBAL_MAX_WORKERS'] is held to (awa.E005).
+        ("5", "sum of min_workers (6) exceeds global_max_workers (5)"),
+    ],
+)
+def test_cluster_settings__a_maximum_no_worker_could_run_with_is_a_form_error(
+    admin_client_: Client, value: str, words: str
+) -> None:
+    Queue.objects.create(name="a", min_workers=4)
+    Queue.objects.create(name="b", min_workers=2)
+    response = admin_client_.post("/admin/awa/clustersettings/add/", {"global_max_workers": value})
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors.get("global_max_workers", [])
+    assert any(words in str(error) for error in errors), errors
+    assert not ClusterSettings.objects.exists()
+
+
+def test_cluster_settings__a_maximum_that_fits_or_none_is_saved(admin_client_: Client) -> None:
+    Queue.objects.create(name="a", min_workers=4)
+    response = admin_client_.post("/admin/awa/clustersettings/add/", {"global_max_workers": "4"})
+    assert response.status_code == 302
+    assert ClusterSettings.objects.get().global_max_workers == 4
+    response = admin_client_.post("/admin/awa/clustersettings/1/change/", {"global_max_workers": ""})
+    assert response.status_code == 302
+    assert ClusterSettings.objects.get().global_max_workers is None
