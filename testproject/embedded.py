@@ -11,6 +11,7 @@ benchmarks share it.
 
     python -m testproject.embedded start   # start it (if needed) and print its socket directory
     python -m testproject.embedded url     # start it (if needed) and print a DATABASE_URL for it
+    python -m testproject.embedded url tutorial   # the same for a database of that name, created if missing
     python -m testproject.embedded status  # "running (…)" or "not running"; starts nothing
     python -m testproject.embedded stop    # "stopped" or "not running"
 
@@ -243,14 +244,14 @@ def restart(data_dir: Path = DATA_DIR) -> None:
         raise SystemExit(f"could not restart the embedded PostgreSQL on {data_dir}: {result.stdout.strip()}")
 
 
-def _ensure_database(host: str) -> None:
+def _ensure_database(host: str, name: str = DATABASE_NAME) -> None:
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(dbname="postgres", user=USER, host=host, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone() is None:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
             try:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             # Another process created it just now: DuplicateDatabase once its row is committed, a
             # unique violation on pg_database's name index while both CREATEs are in flight (seen
             # with three processes starting a fresh server together).
@@ -269,10 +270,19 @@ def database_settings() -> dict[str, Any]:
     }
 
 
-def database_url(data_dir: Path = DATA_DIR) -> str:
-    """A ``DATABASE_URL`` for the project database on the embedded server (started if needed)."""
+DATABASE_NAME_RULE = "1 to 63 ASCII letters, digits and underscores, not starting with a digit"
+
+
+def database_url(data_dir: Path = DATA_DIR, name: str = DATABASE_NAME) -> str:
+    """A ``DATABASE_URL`` for the project database on the embedded server (started if needed), or
+    for the database ``name`` on it, created if missing (a project of your own: the tutorial's)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
+        raise SystemExit(f"database name {name!r}: use {DATABASE_NAME_RULE}, e.g. tutorial")
+    host = socket_dir(data_dir)
+    if name != DATABASE_NAME:
+        _ensure_database(host, name)
     # libpq's form for a Unix socket: the directory as the host parameter (psql takes it too).
-    return f"postgresql://{USER}@/{DATABASE_NAME}?host={quote(socket_dir(data_dir), safe='/')}"
+    return f"postgresql://{USER}@/{name}?host={quote(host, safe='/')}"
 
 
 def status(data_dir: Path = DATA_DIR) -> str:
@@ -305,15 +315,18 @@ def stop(data_dir: Path = DATA_DIR) -> str:
 def main(argv: list[str]) -> int:
     commands = ("start", "stop", "status", "url")
     command = argv[0] if argv else "start"
-    if len(argv) > 1 or command not in commands:
-        print(f"unknown command {' '.join(argv)!r}; use one of: {', '.join(commands)}", file=sys.stderr)
+    if command not in commands or len(argv) > (2 if command == "url" else 1):
+        print(
+            f"unknown command {' '.join(argv)!r}; use one of: {', '.join(commands)} (url takes a database name)",
+            file=sys.stderr,
+        )
         return 2
     if command == "stop":
         print(stop())
     elif command == "status":
         print(status())
     elif command == "url":
-        print(database_url())
+        print(database_url(name=argv[1]) if len(argv) > 1 else database_url())
     else:
         print(socket_dir())
     return 0

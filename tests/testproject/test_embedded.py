@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
 from testproject import embedded
@@ -129,6 +130,17 @@ def test_url__points_a_project_at_the_embedded_server(data_dir: Path) -> None:
     )
     assert check.returncode == 0, check.stderr
     assert check.stdout.split() == ["postgresql", "django.db.backends.postgresql", "awa"]
+
+    # A database of the user's own (the tutorial's), created on first ask, the same URL after.
+    own = [_embedded(data_dir, "url", "tutorial") for _ in range(2)]
+    assert [r.returncode for r in own] == [0, 0], own[0].stderr
+    assert own[0].stdout == own[1].stdout
+    assert own[0].stdout.startswith("postgresql://postgres@/tutorial?host=")
+    with psycopg.connect(own[0].stdout.strip()) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("tutorial",)
+    bad = _embedded(data_dir, "url", "my-db; drop")
+    assert bad.returncode != 0
+    assert "database name 'my-db; drop'" in bad.stderr and "e.g. tutorial" in bad.stderr
     assert _embedded(data_dir, "stop").stdout.strip() == "stopped"
 
 
@@ -191,6 +203,8 @@ def test_unknown_command__exit_2_naming_the_commands(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "unknown command 'restart'" in result.stderr
     assert "start, stop, status, url" in result.stderr
+    extra = _embedded(tmp_path / "never-created", "status", "tutorial")
+    assert extra.returncode == 2 and "unknown command 'status tutorial'" in extra.stderr
     assert not (tmp_path / "never-created").exists()
 
 
