@@ -126,14 +126,17 @@ class ClusterLeader:
         # A dead worker's part is freed only once its running jobs were surely rescued (the rescue
         # runs first each round, at heartbeat_staleness after a job's last heartbeat or claim,
         # which is never later than the worker's last report plus one report interval).
-        staleness = timedelta(seconds=config.heartbeat_staleness + REPORT_EVERY + DEAD_MARGIN)
+        # A worker reporting a longer staleness of its own in its snapshot keeps its part that much
+        # longer: its jobs are rescued no sooner (rescue_stale_jobs).
+        margin = timedelta(seconds=REPORT_EVERY + DEAD_MARGIN)
+        staleness = timedelta(seconds=config.heartbeat_staleness) + margin
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(statements["lock_capacities"], {"staleness": staleness})
+            await cursor.execute(statements["lock_capacities"], {"staleness": staleness, "margin": margin})
             rows = await cursor.fetchall()
             if not rows:
                 self.last_plan = None
                 return None
-            await cursor.execute(statements["delete_dead_capacities"], {"staleness": staleness})
+            await cursor.execute(statements["delete_dead_capacities"], {"staleness": staleness, "margin": margin})
             live = [row for row in rows if row["live"]]
             if not live:
                 self.last_plan = None

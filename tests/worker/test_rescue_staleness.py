@@ -114,3 +114,45 @@ def test_delete_stale_worker_instances__keeps_a_row_within_its_own_staleness(
     own = effective(flag) if flag is not MISSING else None
     expected = seen_ago > older_than and (own is None or seen_ago > own)
     assert deleted == (1 if expected else 0), (older_than, seen_ago, flag)
+
+
+@pytest.mark.django_db
+@settings(max_examples=100)
+@example(staleness=30.5, reported_ago=60, flag=120.5)  # within its own staleness: live, kept
+@example(staleness=30.5, reported_ago=60, flag="120")  # malformed: the leader's
+@given(
+    staleness=st.integers(min_value=1, max_value=300).map(lambda n: n + 0.5),
+    reported_ago=st.integers(min_value=0, max_value=600),
+    flag=st.one_of(st.just(MISSING), FLAG_VALUES),
+)
+def test_cluster_capacity__a_worker_is_live_and_kept_within_its_own_staleness_plus_the_margin(
+    staleness: float, reported_ago: int, flag: Any
+) -> None:
+    """The leader frees a silent worker's part of the cluster's capacity no sooner than the rescue
+    takes its jobs: its own longer staleness (and the report margin) counts there too."""
+    margin = 0.25  # a quarter second: never equal to a whole-second age beside the half-second values
+    instance = uuid.uuid4()
+    with transaction.atomic():
+        flags: dict[str, Any] = {"capacity_scope": "cluster"}
+        if flag is not MISSING:
+            flags["heartbeat_staleness"] = flag
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO awa_worker_instance (instance_id, hostname, pid, started_at, last_seen_at, mode,"
+                " queues, flags) VALUES (%s, %s, %s, now(), now(), 'weighted', '{}', %s::jsonb)",
+                [str(instance), HOST, PID, json.dumps(flags)],
+            )
+            cursor.execute(
+                "INSERT INTO awa_worker_capacity (instance_id, use, applied, caps, read, floors, rates, reported_at)"
+                " VALUES (%s, '{}', '{}', '{}', '{}', '{}', '{}', now() - make_interval(secs => %s))",
+                [str(instance), reported_ago],
+            )
+            params = {"staleness": timedelta(seconds=staleness), "margin": timedelta(seconds=margin)}
+            cursor.execute(statements["lock_capacities"], params)
+            live = {row[0]: row[5] for row in cursor.fetchall()}[instance]
+            cursor.execute(statements["delete_dead_capacities"], params)
+            deleted = cursor.rowcount
+        transaction.set_rollback(True)
+    own = effective(flag) if flag is not MISSING else None
+    expected_live = reported_ago < staleness or (own is not None and reported_ago < own + margin)
+    assert (live, deleted) == (expected_live, 0 if expected_live else 1), (staleness, reported_ago, flag)
