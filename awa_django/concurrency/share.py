@@ -19,6 +19,7 @@ In capacity scope "cluster" nothing is split: the cluster's caps already hold fo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -86,11 +87,14 @@ class HostShare:
                     )
                 changes["max_workers"] = part(limits.max_workers, self.index, self.count, floor_units)
                 floor_units += limits.max_workers % self.count
-            if limits.rate_limit is not None:
+            if limits.rate_limit is not None and self.count > 1:
                 changes["rate_limit"] = limits.rate_limit / self.count
-                if limits.rate_burst:
-                    changes["rate_burst"] = max(1, part(limits.rate_burst, self.index, self.count, burst_units))
-                    burst_units += limits.rate_burst % self.count
+                # The burst in force is split, the default one (0: ceil(rate_limit)) too: left at 0,
+                # each process's bucket took ceil(rate_limit / N), and 10/s over 4 processes ran 12
+                # at once. A burst below N still gives each process one (no bucket holds 0).
+                burst = limits.rate_burst or math.ceil(limits.rate_limit)
+                changes["rate_burst"] = max(1, part(burst, self.index, self.count, burst_units))
+                burst_units += burst % self.count
             out[name] = replace(limits, **changes)  # type: ignore[type-var]
         validate_capacity(self.global_part, out)
         return out

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from awa_django.concurrency.limits import QueueLimits
+from awa_django.concurrency.rate import TokenBucket
 from awa_django.concurrency.share import HostShare, part
 from awa_django.concurrency.validation import validate_capacity
 from awa_django.exceptions import ConfigurationError
@@ -108,3 +109,28 @@ def test_worker_config__a_queue_change_is_split_and_the_host_settings_kept() -> 
     assert changed.host_settings()["a"].min_workers == 3
     with pytest.raises(ConfigurationError, match="8"):  # floors over the host's maximum: refused whole
         config.with_queues({"a": QueueConfig("a", min_workers=8), "b": QueueConfig("b")})
+
+
+@given(
+    count=st.integers(2, 8),
+    rate=st.floats(0.5, 100),
+    burst=st.integers(0, 40),
+)
+def test_host_share__rate_burst_parts_add_up_to_the_host_burst__also_the_default_one(
+    count: int, rate: float, burst: int
+) -> None:
+    # What each process's bucket really allows at once (a burst of 0 means ceil(rate_limit)), summed
+    # over the processes, is the host's: four processes of a queue limited to 10/s (burst 0, so 10)
+    # each ran ceil(2.5) = 3 at once, 12 together.
+    host = TokenBucket(rate, burst).burst
+    if host < count:  # a process cannot have a burst of 0: each gets 1
+        return
+    queues = {"a": QueueLimits(max_workers=40, rate_limit=rate, rate_burst=burst)}
+    parts = [HostShare(i, count, None).queues(queues) for i in range(count)]
+    buckets = [TokenBucket(p["a"].rate_limit or 0, p["a"].rate_burst).burst for p in parts]
+    assert sum(buckets) == host, f"host burst {host}, the processes' bursts {buckets}"
+
+
+def test_host_share__default_burst_of_10_per_second_over_4_processes_is_10_not_12() -> None:
+    parts = [HostShare(i, 4, 8).queues({"a": QueueLimits(rate_limit=10.0)}) for i in range(4)]
+    assert sum(TokenBucket(p["a"].rate_limit or 0, p["a"].rate_burst).burst for p in parts) == 10
