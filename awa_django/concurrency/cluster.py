@@ -28,13 +28,15 @@ The rule, per round:
 The leader also publishes each worker's *floor* caps, its part of every queue's `min_workers`
 (never above its cap): a worker whose caps' lease expires (no leader, or no database) falls back
 to those, which together never exceed the sum of the floors. And, for a queue with a rate limit,
-each worker's part of the rate, in proportion to its cap.
+each worker's part of the rate: its whole part of the queue's burst (in proportion to its cap)
+over the burst, so the workers' buckets together hold the burst and no more.
 
 Pure: no I/O, the clock passed in.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -118,11 +120,17 @@ class ClusterPlanner:
             floor_split = _proportional(min(floor, targets[queue]), [split[w.worker] for w in ws])
             rate = limits[queue].rate_limit
             total_cap = sum(split.values())
-            for w, part in zip(ws, floor_split, strict=True):
+            # The rate goes in proportion to whole parts of the queue's burst, themselves in
+            # proportion to the caps: a worker's bucket then holds exactly its part of the burst
+            # (QueueRunner.set_rate_share), and the parts add up to the burst. Split by the caps
+            # alone, each worker rounded its burst up: 5/s over two workers ran 3 + 3 at once.
+            burst = 0 if rate is None else limits[queue].rate_burst or math.ceil(rate)
+            bursts = _proportional(burst, [split[w.worker] for w in ws]) if total_cap else []
+            for i, (w, part) in enumerate(zip(ws, floor_split, strict=True)):
                 desired[w.worker][queue] = split[w.worker]
                 floors[w.worker][queue] = min(part, split[w.worker])
                 if rate is not None:
-                    share = split[w.worker] / total_cap if total_cap else 1 / len(ws)
+                    share = bursts[i] / burst if total_cap else 1 / len(ws)
                     rates[w.worker][queue] = rate * share
         caps = self._reduce_before_grant(global_max, limits, workers, desired)
         floors = {w: {q: min(f, caps[w].get(q, 0)) for q, f in fs.items()} for w, fs in floors.items()}

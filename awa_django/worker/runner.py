@@ -185,7 +185,10 @@ class QueueRunner:
         if config.rate_limit is None or self._bucket is None:
             return
         share = max(rate, 0.01)  # a worker with no part gets no cap either; keep the bucket valid
-        burst = max(1, math.ceil(config.rate_burst * share / config.rate_limit)) if config.rate_burst else 0
+        # Its part of the burst in force (0: ceil(rate_limit)), never its own ceil of its share: the
+        # leader gives the rate in whole parts of the burst, which add up to it (cluster.py).
+        host_burst = config.rate_burst or math.ceil(config.rate_limit)
+        burst = max(1, math.ceil(host_burst * share / config.rate_limit - 1e-9))
         if abs(self._bucket.max_rate - share) > 1e-9:
             self._bucket.reconfigure(share, burst, now=time.monotonic())
 

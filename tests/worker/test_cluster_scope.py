@@ -201,3 +201,27 @@ def test_cluster__the_in_process_fairness_edges_hold_across_processes(spawn: Spa
         assert mean_b >= 0.7 * 10 / 11
     else:
         assert mean_b >= 9.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cluster__the_workers_rate_buckets_hold_the_queue_s_burst_together_not_more() -> None:
+    # 5 jobs/s, burst 0 (so 5 at once), shared by two workers whose caps split evenly: each got
+    # 2.5/s and rounded its burst up to 3, so the two started 6 jobs at once where 5 are allowed.
+    import contextlib
+
+    from awa_django.worker import QueueConfig
+    from tests.harness import make_config, running_worker
+
+    Queue.objects.create(name="R", max_workers=40, rate_limit=5.0)
+    config = make_config({"R": QueueConfig("R", max_workers=40, rate_limit=5.0)}, capacity_scope="cluster")
+    with contextlib.ExitStack() as stack:
+        workers = [stack.enter_context(running_worker(config)) for _ in range(2)]
+        wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, what="2 planned")
+
+        def buckets() -> list[Any]:
+            return [w.runners["R"]._bucket for w in workers]
+
+        wait_until(lambda: all(b is not None and b.max_rate < 5.0 for b in buckets()), what="each worker's share")
+        shares = buckets()
+    assert sum(b.max_rate for b in shares) == pytest.approx(5.0)
+    assert sum(b.burst for b in shares) == 5, shares
