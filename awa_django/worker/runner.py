@@ -479,13 +479,23 @@ class QueueRunner:
             start(job, permit, deadline)
 
     def _configure(self, config: QueueConfig) -> None:
-        self._config = config
+        before, self._config = self._config, config  # __init__ sets _config first: before is config
         if config.rate_limit is None:
             self._bucket = None
-        elif self._bucket is None:
+            return
+        now = time.monotonic()
+        if self._bucket is None:
             self._bucket = TokenBucket(config.rate_limit, config.rate_burst, queue=config.name)
         else:
-            self._bucket.reconfigure(config.rate_limit, config.rate_burst, now=time.monotonic())
+            self._bucket.reconfigure(config.rate_limit, config.rate_burst, now=now)
+        changed = before.rate_limit != config.rate_limit or before.rate_burst != config.rate_burst
+        if self._runners.capacity_scope == "cluster" and changed:
+            # The rate is the cluster's: until the leader's share of the new one arrives
+            # (set_rate_share, with the caps), no token. A bucket of the whole rate, full, in every
+            # worker let N workers start N times the burst at once. (At start nothing is claimed
+            # before the first caps, which bring the share with them.)
+            self._bucket.reconfigure(0.01, 1, now=now)
+            self._bucket.take(self._bucket.available(now), now)
 
 
 class Runners(Mapping[str, QueueRunner]):

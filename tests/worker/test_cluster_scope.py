@@ -225,3 +225,46 @@ def test_cluster__the_workers_rate_buckets_hold_the_queue_s_burst_together_not_m
         shares = buckets()
     assert sum(b.max_rate for b in shares) == pytest.approx(5.0)
     assert sum(b.burst for b in shares) == 5, shares
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cluster__a_rate_limit_set_live_holds_for_the_workers_together_from_its_first_token() -> None:
+    # A rate limit set on a served queue while two workers run: each made a bucket of the whole
+    # cluster rate, full, and kept it until the leader's next plan reached it, so the two could
+    # start twice the burst at once.
+    import contextlib
+    import threading
+
+    from awa_django.worker import QueueConfig
+    from tests.harness import make_config, running_worker
+
+    Queue.objects.create(name="R", max_workers=40)
+    config = make_config({"R": QueueConfig("R", max_workers=40)}, capacity_scope="cluster")
+    seen: list[tuple[float, float]] = []
+    with contextlib.ExitStack() as stack:
+        workers = [stack.enter_context(running_worker(config)) for _ in range(2)]
+        wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, what="2 planned")
+        done = threading.Event()
+
+        def watch() -> None:  # every bucket state the two workers show, until both hold their share
+            while not done.is_set():
+                buckets = [w.runners["R"]._bucket for w in workers]
+                if any(b is not None for b in buckets):
+                    live = [b for b in buckets if b is not None]
+                    seen.append((sum(b.max_rate for b in live), sum(b.available(time.monotonic()) for b in live)))
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        Queue.objects.filter(name="R").update(rate_limit=2.0)
+        wait_until(
+            lambda: all(
+                (b := w.runners["R"]._bucket) is not None and b.max_rate == pytest.approx(1.0) for w in workers
+            ),
+            what="each worker's share of 2/s",
+        )
+        done.set()
+        watcher.join(5)
+    assert seen
+    assert max(rate for rate, _ in seen) <= 2.0 + 1e-9, max(seen)
+    assert max(tokens for _, tokens in seen) <= 2, max(seen, key=lambda s: s[1])
