@@ -13,7 +13,8 @@
 
 Several ``key=value``, ``tag:`` and ``error:`` terms separated by spaces must all match. A term that
 cannot match anything (a NUL, an id beyond bigint, JSON that is not an object, an object with a
-number JSON cannot hold) gives an empty list, never an error.
+number JSON cannot hold, a value no args can hold: a ``\\u0000`` or a lone surrogate escape, or
+nesting deeper than MAX_JSON_DEPTH) gives an empty list, never an error.
 
 How it stays off a full read of the history: finished jobs live in ``awa_job_done`` (migration
 0023, docs/storage.md), whose args and tags GIN indexes cover every row and whose failed branch
@@ -65,7 +66,7 @@ from awa_django.models import Job
 from awa_django.services.db import database_alias
 from awa_django.sql import statements
 from awa_django.states import TERMINAL_STATES, JobState
-from awa_django.validation import brief
+from awa_django.validation import UnstorableValueError, brief, storable_json
 
 # The arms of an indexed search: each group's states imply the predicate of the partial indexes
 # that serve it (see the module docstring). Every state is in exactly one group.
@@ -112,13 +113,21 @@ def _no_constant(text: str) -> Any:
 
 
 def _value(text: str) -> Any:
-    """``text`` as JSON where it is JSON Postgres can hold, else as the text itself: ``Infinity``,
+    """``text`` as JSON where it is JSON Postgres can hold, else as the text itself (NoMatchError for
+    JSON no args can hold: ``"\\u0000"``, a lone surrogate, nesting past MAX_JSON_DEPTH): ``Infinity``,
     ``NaN`` and ``1e999`` read as floats that are not finite, which jsonb refuses (a 500 once), and
     which no args value can be (args are JSON); as text they find the jobs that hold that text."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError:
         return text
+    except RecursionError:  # ``[[[…`` a thousand deep: no args nest so deep (MAX_JSON_DEPTH)
+        raise NoMatchError from None
+    try:  # ``"\u0000"`` and lone surrogates, which jsonb refuses (a 500 once), or too deep to store
+        storable_json(value)
+    except UnstorableValueError:
+        raise NoMatchError from None
+    return value
 
 
 def _path(term: str) -> dict[str, Any]:
@@ -208,9 +217,9 @@ def indexed_search(search_term: str) -> bool:
     term = search_term.strip()
     if not term or "\x00" in term or term.lstrip("#").isdigit():
         return False
-    if term.startswith("{"):
-        return isinstance(_value(term), dict)  # anything else finds nothing (search_jobs)
     try:
+        if term.startswith("{"):
+            return isinstance(_value(term), dict)  # anything else finds nothing (search_jobs)
         return all(_condition(t)[1] for t in _terms(term))
     except NoMatchError:
         return False

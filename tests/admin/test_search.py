@@ -151,3 +151,34 @@ def test_search__json_object_with_a_number_json_cannot_hold_finds_nothing(admin_
     JobFactory(args={"k": "NaN"})
 
     assert found(admin_client, q=term) == set()
+
+
+DEEP = "[" * 1200 + "]" * 1200  # parsed, a RecursionError; a few hundred deep parses, then is too deep to send
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        '{"k": "\\u0000"}',  # JSON's escape of a NUL, which jsonb refuses
+        'k="\\u0000"',
+        '{"\\u0000": 1}',
+        'k={"a\\u0000": 1}',
+        '{"k": "\\ud800"}',  # a lone surrogate: jsonb refuses it too
+        'k="\\udfff"',
+        f"k={DEEP}",
+        f'{{"k": {DEEP}}}',
+        f"tag:x k={DEEP}",
+        "k=" + "[" * 900 + "]" * 900,
+        '{"k": ' + "[" * 900 + "]" * 900 + "}",
+    ],
+    ids=["nul-object", "nul-path", "nul-key", "nul-nested-key", "surrogate-object", "surrogate-path",
+         "deep-path", "deep-object", "deep-beside-tag", "900-path", "900-object"],
+)  # fmt: skip
+def test_search__json_no_args_can_hold_finds_nothing_not_a_500(admin_client: Client, term: str) -> None:
+    """A NUL or a lone surrogate spelt as a JSON escape, or nesting past any args' depth, once went
+    to Postgres (DataError: "Unicode low surrogate must follow a high surrogate") or blew Python's
+    recursion limit (RecursionError): a 500 for a search box's text."""
+    JobFactory(args={"k": "x"}, tags=["x"])
+
+    assert found(admin_client, q=term) == set()
+    assert found(admin_client, q=term, every_state="1") == set()
