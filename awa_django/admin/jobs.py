@@ -50,6 +50,15 @@ from awa_django.states import JobState
 from awa_django.validation import brief
 
 STATES = frozenset(JobState)
+# Why retry_jobs leaves a failed or cancelled job as it is (its docstring): retrying it would break
+# the uniqueness it asked for.
+UNIQUE_KEY_HELD = "another job holds its unique key now; retry it once that job has ended"
+
+
+def _still_retryable(ids: list[int]) -> int:
+    """How many of ``ids`` are still failed or cancelled after retry_jobs: those whose unique key
+    another job holds (retry_jobs' only reason to leave such a job)."""
+    return Job.objects.filter(pk__in=ids, state__in=RETRYABLE_FROM).count()
 
 
 if TYPE_CHECKING:
@@ -290,7 +299,11 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
         done = retry_jobs(ids)
-        self._report(request, "Retried", done, len(ids), "only failed or cancelled jobs are retried")
+        why = "only failed or cancelled jobs are retried"
+        held = _still_retryable(ids) if done < len(ids) else 0
+        if held:
+            why += f"; {held} failed or cancelled job(s) kept: {UNIQUE_KEY_HELD}"
+        self._report(request, "Retried", done, len(ids), why)
 
     @admin.action(description="Cancel selected jobs (not yet finished)", permissions=["change"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -377,6 +390,8 @@ class JobAdmin(SafeSelectionMixin, BulkMixin, FailuresMixin, RunningNowMixin, Hi
         done = self._act(action, job.pk, reason)
         if done:
             self.message_user(request, f"Job {job.pk}: {action} done.", messages.SUCCESS)
+        elif action == "retry" and _still_retryable([job.pk]):
+            self.message_user(request, f"Job {job.pk}: not retried: {UNIQUE_KEY_HELD}.", messages.WARNING)
         else:
             self.message_user(request, f"Job {job.pk}: nothing to {action} in its current state.", messages.WARNING)
         return HttpResponseRedirect(reverse("admin:awa_job_change", args=[job.pk], current_app=self.admin_site.name))

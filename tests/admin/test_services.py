@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from awa_django import JobContext
@@ -18,6 +19,7 @@ from awa_django.models import Job, JobState, Queue
 from awa_django.registry import JobHandler, Registry
 from awa_django.services.jobs import CANCELLABLE_FROM, cancel_jobs, discard_jobs, retry_jobs
 from awa_django.services.queues import pause_queues, resume_queues
+from tests.admin.conftest import messages_of
 from tests.factories import JobFactory, QueueFactory
 from tests.harness import make_config, running_worker, wait_until
 
@@ -71,19 +73,48 @@ def test_retry_jobs__keeps_max_attempts_that_still_allow_a_run() -> None:
     assert (job.state, job.attempt, job.max_attempts) == ("available", 1, 5)
 
 
-@pytest.mark.django_db
-def test_retry_jobs__skips_a_unique_job_whose_key_is_taken_again() -> None:
+def _unique_job_whose_key_is_taken() -> Job:
     Job.objects.enqueue("report", {"day": 1}, unique=True)
     old = JobFactory(kind="report", state="failed", finalized_at=timezone.now())
     Job.objects.filter(pk=old.pk).update(
         unique_key=Job.objects.exclude(pk=old.pk).get().unique_key, unique_states=list(CANCELLABLE_FROM)
     )
+    return old
+
+
+@pytest.mark.django_db
+def test_retry_jobs__skips_a_unique_job_whose_key_is_taken_again() -> None:
+    old = _unique_job_whose_key_is_taken()
     other = JobFactory(state="failed", finalized_at=timezone.now())
 
     assert retry_jobs([old.pk, other.pk]) == 1
 
     assert Job.objects.get(pk=old.pk).state == "failed"
     assert Job.objects.get(pk=other.pk).state == "available"
+
+
+@pytest.mark.django_db
+def test_retry_in_the_admin__a_failed_job_kept_for_its_unique_key_says_so(admin_client: Client) -> None:
+    """The job is failed, so "nothing to retry in its current state" and "only failed or cancelled
+    jobs are retried" (what the page and the action said) were wrong: the operator was told the
+    state is the reason, and had no way to learn that another job holds the key."""
+    old = _unique_job_whose_key_is_taken()
+    other = JobFactory(state="failed", finalized_at=timezone.now())
+
+    page = messages_of(admin_client.post(f"/admin/awa/job/{old.pk}/act/retry/", follow=True))
+    action = messages_of(
+        admin_client.post(
+            "/admin/awa/job/",
+            {"action": "retry_selected", "_selected_action": [str(old.pk), str(other.pk)]},
+            follow=True,
+        )
+    )
+
+    assert Job.objects.get(pk=old.pk).state == "failed"
+    assert Job.objects.get(pk=other.pk).state == "available"
+    assert len(page) == 1 and "unique key" in page[0] and "current state" not in page[0], page
+    assert len(action) == 1 and action[0].startswith("Retried 1 of 2 selected job(s)."), action
+    assert "1 failed or cancelled job(s) kept: another job holds its unique key" in action[0], action
 
 
 @pytest.mark.django_db
