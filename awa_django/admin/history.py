@@ -20,6 +20,7 @@ from django.urls import URLPattern, path
 from django.utils.http import urlencode
 
 from awa_django.admin.charts import build_chart, build_lines
+from awa_django.admin.helpers import parse_id
 from awa_django.defaults import HISTORY_TOP, NAME_MAX_LENGTH
 from awa_django.models import HistoryDimension, HistoryMark, Job
 from awa_django.services.db import database_alias
@@ -48,7 +49,7 @@ def _choices(request: HttpRequest) -> tuple[str, int, str | None, list[str]]:
         ignored.append(f"by={brief(by, 40)} (use queue or kind)")
         by = DEFAULT_BY
     raw_hours = request.GET.get("hours", str(DEFAULT_HOURS))
-    hours = int(raw_hours) if raw_hours.isascii() and raw_hours.isdigit() else 0
+    hours = parse_id(raw_hours) or 0  # ASCII digits within bigint: int() of 5,000 digits raises
     if hours not in HOURS_CHOICES:
         ignored.append(f"hours={brief(raw_hours, 40)} (use {', '.join(map(str, HOURS_CHOICES))})")
         hours = DEFAULT_HOURS

@@ -160,6 +160,8 @@ def test_history_page__staff_who_may_view_queues_but_not_jobs_is_refused() -> No
         ({"hours": "48"}, "hours='48'"),
         ({"hours": "-1"}, "hours='-1'"),
         ({"hours": ""}, "hours=''"),
+        ({"hours": "1" * 5000}, "hours='11111"),  # int() refuses past 4,300 digits: a 500 once
+        ({"hours": "9" * 30}, "hours='99999"),
         ({"name": "a\x00b"}, "name="),
         ({"name": "x" * 300}, "name="),
     ],
