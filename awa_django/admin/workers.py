@@ -98,7 +98,10 @@ class WorkerInstanceAdmin(SafeListMixin, _WorkerAdminBase):
         queues = obj.queues if isinstance(obj.queues, dict) else {}
         held = set(held_queues(obj))
         rows = [
-            (name, "held" if name in held else "paused" if (entry or {}).get("paused") else "claiming")
+            (
+                name,
+                "held" if name in held else "paused" if isinstance(entry, dict) and entry.get("paused") else "claiming",
+            )
             for name, entry in sorted(queues.items())
         ]
         return format_html_join(

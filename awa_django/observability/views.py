@@ -97,7 +97,9 @@ def depth_samples() -> dict[str, list[tuple[dict[str, str], float]]]:
         ],
         "awa_queue_paused": [({"queue": q}, float(queues.get(q, False))) for q in names],
         "awa_workers_live": [({}, float(len(live)))],
-        "awa_workers_leader": [({}, float(sum(1 for flags in live if (flags or {}).get("leader"))))],
+        "awa_workers_leader": [
+            ({}, float(sum(1 for flags in live if isinstance(flags, dict) and flags.get("leader"))))
+        ],
     }
 
 

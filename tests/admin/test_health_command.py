@@ -185,3 +185,20 @@ def test_awa_health__counts_stop_at_the_bound_and_say_so(monkeypatch: pytest.Mon
     assert default["counts_capped"] == ["failed"] and default["count_limit"] == 3
     text = health()[1]
     assert "available=2 " in text and "failed=3+" in text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("flags", [[], "leader", 5], ids=["list", "text", "number"])
+def test_awa_health__a_snapshot_whose_flags_are_not_an_object_is_reported_not_a_traceback(flags: Any) -> None:
+    """The pages read such flags as none (services.cluster.worker_healthy, the dashboard); the text
+    report read ``w["flags"].get(…)`` and the probe died with AttributeError instead of reporting."""
+    row = worker_row()
+    WorkerInstance.objects.filter(pk=row.pk).update(flags=flags)
+
+    code, out, _ = health()
+    assert code == 0, out
+    assert "box:7 ok mode=hard_reserved" in out and "in_flight=0 flags=-" in out
+
+    code, out, _ = health("--json")
+    assert code == 0
+    assert json.loads(out)["workers"][0]["flags"] == {}

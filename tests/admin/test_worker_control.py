@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from hypothesis import given, settings
@@ -177,3 +178,16 @@ def test_request_hold__sent_exactly_when_the_worker_serves_the_queue(queue: str)
     finally:
         WorkerRequest.objects.all().delete()
         worker.delete()
+
+
+def test_worker_list__a_queue_entry_that_is_not_an_object_reads_as_claiming(admin_client: Client) -> None:
+    """``(entry or {}).get("paused")`` raised AttributeError on an entry written as text: the
+    Workers list answered 500 for every worker, where the dashboard reads such an entry as none."""
+    worker = make_worker()
+    WorkerInstance.objects.filter(pk=worker.pk).update(queues={**SERVED, "odd": "x", "gone": None})
+
+    response = admin_client.get(reverse("admin:awa_workerinstance_changelist"))
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'data-queue="odd">odd (claiming)' in page and 'data-queue="gone">gone (claiming)' in page

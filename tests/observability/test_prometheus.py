@@ -166,6 +166,25 @@ def test_depth_view__gauges_match_the_database(admin_client: Client) -> None:
 
 
 @pytest.mark.django_db
+def test_depth_view__a_snapshot_whose_flags_are_not_an_object_counts_as_no_leader(admin_client: Client) -> None:
+    """``(flags or {}).get("leader")`` raised AttributeError on flags written as a list or text: the
+    whole scrape answered 500, every gauge lost, where the pages read such flags as none."""
+    now = timezone.now()
+    for n, flags in enumerate([["leader"], "leader", {"leader": True}], start=1):
+        WorkerInstance.objects.create(
+            instance_id=f"00000000-0000-0000-0000-00000000000{n}", hostname="h", pid=n,
+            started_at=now, last_seen_at=now, mode="hard_reserved", flags=flags,
+        )  # fmt: skip
+
+    response = admin_client.get("/awa/metrics")
+
+    assert response.status_code == 200
+    samples = _parse(response.content.decode())
+    assert _value(samples, "awa_workers_live") == 3.0
+    assert _value(samples, "awa_workers_leader") == 1.0
+
+
+@pytest.mark.django_db
 def test_depth_view__token_required_when_set() -> None:
     with override_settings(AWA={"METRICS_TOKEN": "s3cret"}):
         assert Client().get("/awa/metrics").status_code == 401

@@ -123,7 +123,8 @@ class Command(BaseCommand):
                     "last_seen_at": w.last_seen_at.isoformat(),
                     "seconds_since_seen": round((now - w.last_seen_at).total_seconds(), 3),
                     "healthy": worker_healthy(w),
-                    "flags": w.flags,
+                    # A snapshot's flags not an object (a hand-written row) read as none, as the pages do.
+                    "flags": w.flags if isinstance(w.flags, dict) else {},
                 }
                 for w in workers
             ],
