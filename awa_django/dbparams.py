@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 from django.db import connections
 from psycopg.adapt import AdaptersMap, Dumper
+from psycopg.types.json import set_json_loads
 
 from awa_django.conf import awa_settings
+from awa_django.storable import read_json
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -33,6 +35,9 @@ class ExactIntervalDumper(Dumper):
 # opens itself (connection_kwargs).
 EXACT_DURATIONS = AdaptersMap(psycopg.adapters)
 EXACT_DURATIONS.register_dumper(timedelta, ExactIntervalDumper)
+# And json / jsonb read by storable.read_json: a value nested past Python's recursion limit is an
+# UnreadableJson for its own job to fail on, not a RecursionError that fails the whole claim.
+set_json_loads(read_json, EXACT_DURATIONS)
 
 
 def connection_kwargs(alias: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from awa_django.managers import JobManager, JobQuerySet
 from awa_django.states import CHOICES as STATE_CHOICES
 from awa_django.states import TERMINAL_STATES as TERMINAL_STATES
 from awa_django.states import JobState as JobState
+from awa_django.storable import UnreadableJson
 
 
 class _EqualsAny(Func):
@@ -55,13 +56,31 @@ class _EqualsAny(Func):
     output_field = models.BooleanField()
 
 
+class JobJSONField(models.JSONField):
+    """A job's JSON column: a value nested past Python's recursion limit (jsonb holds any depth;
+    enqueue refuses JSON past MAX_JSON_DEPTH, but SQL or another producer may write it) reads as
+    an ``storable.UnreadableJson`` instead of raising RecursionError, so the job's page, lists,
+    actions and ``run_jobs`` still load the row (the worker's claim reads it the same way, with
+    ``storable.read_json``). Migrations see a plain JSONField: the column is the same."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            return super().from_db_value(value, expression, connection)
+        except RecursionError:
+            return UnreadableJson(len(value))
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+
 class Job(models.Model):
     """One job. The state machine is in docs/design.md; the hot-path indexes are partial on state."""
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=NAME_MAX_LENGTH)
     queue = models.CharField(max_length=NAME_MAX_LENGTH, default=QUEUE_DEFAULT)
-    args = models.JSONField(default=dict, blank=True)
+    args = JobJSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default=JobState.AVAILABLE)
     priority = models.SmallIntegerField(default=PRIORITY_DEFAULT, help_text="1 (highest) … 4 (lowest)")
     attempt = models.SmallIntegerField(default=0)
@@ -76,11 +95,11 @@ class Job(models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    errors = models.JSONField(default=list, blank=True, help_text="[{error, traceback, attempt, at}, …]")
-    metadata = models.JSONField(default=dict, blank=True)
+    errors = JobJSONField(default=list, blank=True, help_text="[{error, traceback, attempt, at}, …]")
+    metadata = JobJSONField(default=dict, blank=True)
     tags = ArrayField(models.CharField(max_length=NAME_MAX_LENGTH), default=list, blank=True)
-    progress = models.JSONField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True, help_text="the handler's return value (JSON), when not None")
+    progress = JobJSONField(null=True, blank=True)
+    result = JobJSONField(null=True, blank=True, help_text="the handler's return value (JSON), when not None")
     unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = not unique
     unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
     run_lease = models.BigIntegerField(default=0)

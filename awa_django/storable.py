@@ -15,9 +15,42 @@ from typing import Any
 
 from awa_django.validation import UnstorableValueError  # the one error for a value Postgres cannot store
 
-__all__ = ["UnstorableValueError", "escape_json", "escape_text", "find_problem", "text_problem", "to_json"]
+__all__ = [
+    "UnreadableJson",
+    "UnstorableValueError",
+    "escape_json",
+    "escape_text",
+    "find_problem",
+    "read_json",
+    "text_problem",
+    "to_json",
+]
 
 NUL = "\x00"
+
+
+class UnreadableJson:
+    """A JSON value read from Postgres that Python cannot load: nested deeper than its recursion
+    limit (jsonb holds any depth; enqueue refuses args past MAX_JSON_DEPTH, but SQL or another
+    producer may write them). Stands in for the value, so one such row fails its own job with an
+    error naming it instead of failing the whole read (a claim's batch, the worker's claim loop)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size  # the JSON text's length in bytes
+
+    def __repr__(self) -> str:
+        return f"<JSON of {self.size} bytes nested too deeply for Python to read>"
+
+
+def read_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """``json.loads``, or an ``UnreadableJson`` for a value nested past Python's recursion limit:
+    the loader of awa's own connections (dbparams.connection_kwargs)."""
+    try:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+    except RecursionError:
+        return UnreadableJson(len(data))
 
 
 def escape_text(text: str) -> str:

@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 from awa_django.conf import awa_settings
 from awa_django.services.db import database_alias
 from awa_django.services.stats import COUNT_LIMIT as COUNT_LIMIT  # the admin's modules read the bound here
+from awa_django.storable import UnreadableJson
 from awa_django.validation import brief
 
 # A filtered job list counts at most COUNT_LIMIT rows ("10,000+" beyond), as the queue counts do.
@@ -110,7 +111,13 @@ def job_link(site_name: str, query: str = "") -> Callable[[int], str]:
 def pretty_json(value: Any) -> SafeString:
     if value is None or value == {} or value == []:
         return format_html('<span class="awa-muted">{}</span>', "—" if value is None else json.dumps(value))
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    too_deep = format_html('<span class="awa-muted">{}</span>', "JSON nested too deeply to show here")
+    if isinstance(value, UnreadableJson):  # nested past what Python reads (written past enqueue's checks)
+        return too_deep
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    except RecursionError:  # readable, but past what the indenting encoder recurses
+        return too_deep
     return format_html('<pre class="awa-pre">{}</pre>', text)
 
 

@@ -38,6 +38,7 @@ from awa_django.context import ClaimedJob, JobContext
 from awa_django.handlers import Handler, Registry, registry
 from awa_django.inline.run import JobRun, running_here
 from awa_django.sql import statements
+from awa_django.storable import read_json
 from awa_django.worker.atomic import write_outcome as write_outcome  # one writer on a Django connection
 from awa_django.worker.executor import Executor
 
@@ -64,8 +65,10 @@ class InlineExecutor(Executor):
 
 
 def _loads(value: Any) -> Any:
-    """A jsonb column as read through Django's cursor (which leaves jsonb as text)."""
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    """A jsonb column as read through Django's cursor (which leaves jsonb as text): as the worker's
+    claim reads it (``storable.read_json``: a value nested past Python's recursion limit fails its
+    own job, not the whole run)."""
+    return read_json(value) if isinstance(value, str | bytes) else value
 
 
 def _claimed_jobs(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:

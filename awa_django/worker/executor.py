@@ -46,8 +46,8 @@ from awa_django.handlers import Handler as JobHandler  # what the registry holds
 from awa_django.handlers import Registry
 from awa_django.retry import DEFAULT_BACKOFF, DEFAULT_POLICY
 from awa_django.states import JobState
-from awa_django.storable import escape_json, find_problem
-from awa_django.validation import UnstorableValueError, storable_json
+from awa_django.storable import UnreadableJson, escape_json, find_problem
+from awa_django.validation import MAX_JSON_DEPTH, UnstorableValueError, storable_json
 from awa_django.worker.atomic import ATOMIC_ENTRY_KEY, run_atomic
 
 MAX_BACKOFF = DEFAULT_BACKOFF.cap
@@ -162,6 +162,17 @@ class Executor:
         return None
 
     async def execute(self, job: ClaimedJob, context: JobContext, deadline: float | None) -> Outcome:
+        unreadable = [name for name in ("args", "metadata") if isinstance(getattr(job, name), UnreadableJson)]
+        if unreadable:  # written past enqueue's checks (SQL, another producer): every attempt would fail alike
+            return Outcome(
+                JobState.FAILED,
+                error=error_entry(
+                    job,
+                    f"the job's {' and '.join(unreadable)} nest deeper than Python can read "
+                    f"({', '.join(repr(getattr(job, name)) for name in unreadable)}); enqueue refuses JSON nested "
+                    f"past {MAX_JSON_DEPTH} levels: write the job again with flatter values",
+                ),
+            )
         handler = self.registry.get(job.kind)
         if handler is None:
             return Outcome(

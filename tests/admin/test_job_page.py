@@ -12,6 +12,7 @@ from html import unescape
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connection
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -189,3 +190,26 @@ def test_job_page__cancelled_while_running_keeps_the_attempt_s_start_worker_and_
     assert re.fullmatch(r"\d+ ms|<1 ms|\d+s", cells[3]), cells[3]
     assert cells[4:6] == [worker, "cancelled"]
     assert "customer left" in cells[6]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("depth", [900, 2000])
+def test_job_page__args_nested_deeper_than_python_recurses_is_a_page_not_a_500(
+    admin_client: Client, depth: int
+) -> None:
+    """Enqueue refuses args nested past MAX_JSON_DEPTH, but jsonb holds any depth and another
+    producer (SQL, another language) may write it. At 900 levels pretty_json's json.dumps(indent=2)
+    raises RecursionError; at 2000 loading the row does (json.loads in JSONField.from_db_value):
+    the job's page answers 500, and the operator cannot see or act on the job from it."""
+    job = JobFactory(kind="deep", queue=QUEUE)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE awa_job SET args = jsonb_build_object('a', (repeat('[', %s) || repeat(']', %s))::jsonb) "
+            "WHERE id = %s",
+            [depth, depth, job.pk],
+        )
+
+    response = admin_client.get(reverse("admin:awa_job_change", args=[job.pk]))
+
+    assert response.status_code == 200
+    assert "JSON nested too deeply to show here" in response.content.decode()

@@ -147,7 +147,7 @@ def test_cluster_capacity__a_worker_is_live_and_kept_within_its_own_staleness_pl
                 " VALUES (%s, '{}', '{}', '{}', '{}', '{}', '{}', now() - make_interval(secs => %s))",
                 [str(instance), reported_ago],
             )
-            params = {"staleness": timedelta(seconds=staleness), "margin": timedelta(seconds=margin)}
+            params: dict[str, Any] = {"staleness": timedelta(seconds=staleness), "margin": timedelta(seconds=margin)}
             cursor.execute(statements["lock_capacities"], params)
             live = {row[0]: row[5] for row in cursor.fetchall()}[instance]
             cursor.execute(statements["delete_dead_capacities"], params)
