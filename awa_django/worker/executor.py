@@ -183,7 +183,16 @@ class Executor:
                     f"{self.registry.unknown_kind_hint(job.kind, job.metadata)}",
                 ),
             )
-        args = job.args if isinstance(job.args, dict) else {}
+        if job.args is not None and not isinstance(job.args, dict):  # written past enqueue's checks
+            return Outcome(
+                JobState.FAILED,
+                error=error_entry(
+                    job,
+                    f"the job's args are a JSON {type(job.args).__name__}, not an object: a handler takes its args "
+                    "as keyword arguments, so enqueue takes a dict; write the job again with args as a JSON object",
+                ),
+            )
+        args = job.args or {}
         mismatch = self._bind_error(handler, args)
         if mismatch is not None:
             return Outcome(JobState.FAILED, error=error_entry(job, mismatch))

@@ -70,3 +70,21 @@ def test_run_jobs__a_job_whose_args_nest_past_python_fails_alone() -> None:
     failed = Job.objects.get(pk=deep.pk)
     assert failed.state == "failed"
     assert "the job's args nest deeper than Python can read" in failed.errors[-1]["error"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("value", "named"), [("[1, 2]", "list"), ("7", "int"), ('"x"', "str"), ("true", "bool")])
+def test_run_jobs__args_written_as_something_else_than_an_object_fail_the_job_naming_it(value: str, named: str) -> None:
+    """A producer past enqueue's checks (SQL) may write args that are no object: the handler is not
+    called with no args as if nothing were wrong; the job fails, naming what the args are."""
+    from awa_django.testing import run_jobs
+
+    job = Job.objects.enqueue("noop", queue=QUEUE)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE awa_job SET args = %s::jsonb WHERE id = %s", [value, job.pk])
+
+    run_jobs(queue=QUEUE, raise_on_failure=False)
+
+    failed = Job.objects.get(pk=job.pk)
+    assert failed.state == "failed"
+    assert f"the job's args are a JSON {named}, not an object" in failed.errors[-1]["error"]
