@@ -52,7 +52,9 @@ SET state = 'running',
     attempted_at = statement_timestamp(),
     attempted_by = %(worker)s::varchar,
     heartbeat_at = statement_timestamp(),
-    deadline_at = statement_timestamp() + COALESCE(j.timeout, %(deadline)s::interval)
+    -- A row's timeout is capped to 0..100 years as read: a longer one (written past @job's checks,
+    -- by SQL) put deadline_at past timestamp's range and failed the claim of the whole queue.
+    deadline_at = statement_timestamp() + COALESCE((CASE WHEN j.timeout IS NOT NULL THEN GREATEST(LEAST(j.timeout, interval '100 years'), interval '0') END), %(deadline)s::interval)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.run_lease, j.priority, j.metadata, j.run_at,
-    EXTRACT(EPOCH FROM statement_timestamp() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM j.timeout)::float8 AS timeout, j.fair_key, j.workflow_id
+    EXTRACT(EPOCH FROM statement_timestamp() - j.run_at)::float8 AS waited, EXTRACT(EPOCH FROM (CASE WHEN j.timeout IS NOT NULL THEN GREATEST(LEAST(j.timeout, interval '100 years'), interval '0') END))::float8 AS timeout, j.fair_key, j.workflow_id

@@ -9,7 +9,7 @@ from django.db import connection
 
 from awa_django.models import Job
 from awa_django.storable import UnreadableJson, read_json
-from tests.harness import make_config, running_worker
+from tests.harness import make_config, running_worker, wait_until
 from tests.worker.support import wait_for_row
 
 QUEUE = "deep-json"
@@ -88,3 +88,25 @@ def test_run_jobs__args_written_as_something_else_than_an_object_fail_the_job_na
     failed = Job.objects.get(pk=job.pk)
     assert failed.state == "failed"
     assert f"the job's args are a JSON {named}, not an object" in failed.errors[-1]["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("timeout", ["300000 years", "-300000 years"])
+def test_worker__a_row_timeout_past_timestamps_range_does_not_stop_its_queue(timeout: str, keyed: bool) -> None:
+    """A row's timeout is @job(timeout=)'s, checked at registration; written by SQL it may be any
+    interval. One past timestamp's range failed the claim of the whole queue at every poll (the
+    deadline now() + timeout out of range): it is capped as read, so its queue runs on."""
+    bad = Job.objects.enqueue("noop", queue=QUEUE, fair_key="tenant" if keyed else None)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE awa_job SET timeout = %s::interval WHERE id = %s", [timeout, bad.pk])
+    fine = Job.objects.enqueue("noop", queue=QUEUE, fair_key="tenant" if keyed else None)
+
+    with running_worker(make_config([QUEUE])) as worker:
+        wait_for_row(fine.pk, state="completed")
+        if timeout.startswith("-"):  # read as 0: its attempt is past its deadline at once
+            wait_until(lambda: Job.objects.get(pk=bad.pk).errors, what="the bad row's attempt timed out")
+            assert "deadline exceeded" in Job.objects.get(pk=bad.pk).errors[0]["error"]
+        else:
+            wait_for_row(bad.pk, state="completed")
+        assert not worker.runtime.stop.stopping
