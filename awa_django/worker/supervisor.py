@@ -289,7 +289,13 @@ class Worker:
             raise self.failure
 
     async def _open_pool(self) -> None:
-        await self.runtime.pool.open(wait=True, timeout=10)
+        """Open the pool and wait for one connection. Not ``open(wait=True)``: psycopg_pool closes a
+        pool whose opening wait times out, and a closed pool cannot be opened again (every retry
+        was PoolClosed, for good); a pool left open keeps reconnecting, and the wait is retried."""
+        pool = self.runtime.pool
+        await pool.open(wait=False)
+        async with pool.connection(timeout=10):
+            pass
 
     def _spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)

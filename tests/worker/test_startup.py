@@ -10,13 +10,16 @@ server that is really down.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -117,3 +120,71 @@ def test_worker__invalid_wait_option_is_a_usage_error(value: str) -> None:
 
     assert result.returncode == 2
     assert f"argument --wait-for-database: '{value}'" in result.stderr
+
+
+def _refused_kwargs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """Point the worker's connections (worker/db.py) at a port nothing listens on; returns the real
+    connection kwargs of the test database, to give back to the pool once the test wants it up."""
+    import socket
+
+    from awa_django.worker import db
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    real = db.connection_kwargs
+    monkeypatch.setattr(db, "connection_kwargs", lambda alias: {**real(alias), "host": "127.0.0.1", "port": port})
+    return real("default")
+
+
+def _run_in_thread(worker: Any) -> tuple[threading.Thread, dict[str, BaseException]]:
+    box: dict[str, BaseException] = {}
+
+    def main() -> None:
+        try:
+            asyncio.run(worker.run())
+        except BaseException as exc:  # reported to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=main, name="awa-test-unreachable", daemon=True)
+    thread.start()
+    wait_until(lambda: worker.loop is not None, what="the worker's loop")
+    return thread, box
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_worker__database_unreachable_past_the_pool_s_opening_wait__serves_jobs_once_it_answers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The command found the database, then it went away (a restart, or every connection slot
+    taken during a deploy) as the worker opened its pool. Before, the pool's opening timed out
+    after 10 s, psycopg_pool closed the pool, and every retry after was PoolClosed: the worker
+    logged "retrying" forever and never served a job, even once the database answered."""
+    from awa_django.models import Job
+    from awa_django.worker import Worker
+    from tests.harness import make_config
+
+    real = _refused_kwargs(monkeypatch)
+    worker = Worker(make_config(["reopen"]))
+    thread, box = _run_in_thread(worker)
+    try:
+        wait_until(
+            lambda: any("PoolTimeout" in record.getMessage() for record in caplog.records),
+            timeout=60,
+            what="the pool's opening to time out once",
+        )
+        worker.runtime.pool.kwargs = real  # the database answers again
+        wait_until(worker.ready.is_set, timeout=60, what="the worker to start serving")
+        job = Job.objects.enqueue("noop", {}, queue="reopen")
+        wait_until(
+            lambda: Job.objects.filter(pk=job.pk, state="completed").exists(), timeout=30, what="the job to complete"
+        )
+    finally:
+        worker.request_stop_threadsafe()
+        thread.join(30)
+        if thread.is_alive():
+            worker.request_stop_threadsafe()  # a second request: at once
+            thread.join(10)
+    assert not thread.is_alive()
+    assert "error" not in box, box
