@@ -57,13 +57,24 @@ class Stop:
 
     async def unless_forced(self, awaitable: Awaitable[Any]) -> bool:
         """Await ``awaitable`` unless the stop is forced first; True if it finished."""
+        return await self._unless(self._forced_event, awaitable)
+
+    async def unless_stopping(self, awaitable: Awaitable[Any]) -> bool:
+        """Await ``awaitable`` unless the worker stops first (a first request is enough: for waits
+        that hold no job, such as the startup's wait for the database); True if it finished."""
+        return await self._unless(self._event, awaitable)
+
+    @staticmethod
+    async def _unless(event: asyncio.Event, awaitable: Awaitable[Any]) -> bool:
         work = asyncio.ensure_future(awaitable)
-        forced = asyncio.ensure_future(self._forced_event.wait())
+        stopped = asyncio.ensure_future(event.wait())
         try:
-            await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            forced.cancel()
+            stopped.cancel()
         if work.done():
             return True
         work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work  # its cancellation has run (a pool connection handed back) before the caller goes on
         return False

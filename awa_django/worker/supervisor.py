@@ -251,21 +251,26 @@ class Worker:
         self.loop = asyncio.get_running_loop()
         runtime = self.runtime
         self._install_signals()
-        await retrying("opening the connection pool", self._open_pool)
-        names = list(self.config.queues)
-        shown = ",".join(names[:20]) + (f",… ({len(names)} queues)" if len(names) > 20 else "")
-        logger.info(
-            "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
-            self.instance_id,
-            self.config.mode,  # as configured: in cluster scope the allocator enforces the leader's caps
-            self.config.capacity_scope,
-            self.config.global_max_workers,
-            shown,
-            self.config.pool_size,
-        )
         try:
+            # The startup's waits for the database hold no job: a first stop request ends them.
+            if not await runtime.stop.unless_stopping(retrying("opening the connection pool", self._open_pool)):
+                return
+            names = list(self.config.queues)
+            shown = ",".join(names[:20]) + (f",… ({len(names)} queues)" if len(names) > 20 else "")
+            logger.info(
+                "worker started instance=%s mode=%s capacity_scope=%s global_max_workers=%s queues=%s pool_size=%s",
+                self.instance_id,
+                self.config.mode,  # as configured: in cluster scope the allocator enforces the leader's caps
+                self.config.capacity_scope,
+                self.config.global_max_workers,
+                shown,
+                self.config.pool_size,
+            )
             # Before any claim: a key's cap must hold from the first one.
-            key_settings = await retrying("reading fair-key settings", self.reconfigurer.read_key_settings)
+            reading = asyncio.ensure_future(retrying("reading fair-key settings", self.reconfigurer.read_key_settings))
+            if not await runtime.stop.unless_stopping(reading):
+                return
+            key_settings = reading.result()
             for queue in self.config.queues.values():
                 runtime.runners.serve(queue)
             runtime.runners.apply_keys(key_settings)
@@ -413,7 +418,7 @@ class Worker:
         _, stuck = await asyncio.wait(self._tasks.values(), timeout=grace) if self._tasks else (set(), set())
         if stuck:
             logger.error("side task(s) did not stop within %.1fs: %s", grace, ",".join(t.get_name() for t in stuck))
-        if not self.forced:
+        if not self.forced and self.ready.is_set():  # before ready: no snapshot, no cluster report yet
             if self.cluster is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.cluster.leave(), 2)

@@ -188,3 +188,34 @@ def test_worker__database_unreachable_past_the_pool_s_opening_wait__serves_jobs_
             thread.join(10)
     assert not thread.is_alive()
     assert "error" not in box, box
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_worker__stop_requested_while_the_database_is_unreachable_at_start__stops_without_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM while the worker waits for its database to open the pool: nothing is claimed yet, so
+    the first signal stops it. Before, the startup retried its database forever whatever the stop:
+    only a second signal (or the orchestrator's SIGKILL, after its grace period) ended it."""
+    from awa_django.worker import Worker
+    from tests.harness import make_config
+
+    _refused_kwargs(monkeypatch)
+    worker = Worker(make_config(["nowhere"]))
+    thread, box = _run_in_thread(worker)
+    wait_until(
+        lambda: any("opening the connection pool" in record.getMessage() for record in caplog.records),
+        timeout=60,
+        what="the worker to wait for its database",
+    )
+    worker.request_stop_threadsafe()
+    thread.join(20)
+    stopped = not thread.is_alive()
+    if not stopped:  # a second request ends it at once, so that the thread does not outlive the test
+        worker.request_stop_threadsafe()
+        thread.join(10)
+    assert stopped, "the first stop request was ignored while the database was unreachable"
+    assert "error" not in box, box
+    assert not worker.ready.is_set()
+    assert not worker.forced
