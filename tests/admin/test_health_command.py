@@ -109,6 +109,20 @@ def test_awa_health__rejects_a_non_positive_max_age() -> None:
         call_command("awa_health", "--max-age", "0")
 
 
+@pytest.mark.parametrize("argv", [[], ["--stale-after", "30"], ["--json"]])
+def test_awa_health__a_bad_awa_setting__command_error_naming_it_not_a_traceback(argv: list[str]) -> None:
+    """The probe skips the system checks (to be quick), so it must say a bad setting itself: before,
+    building its parser read the settings (the --stale-after default) and the InvalidSettingsError
+    escaped as a traceback, an exit status 1 that reads as "unhealthy" to the orchestrator."""
+    from django.test import override_settings
+
+    with override_settings(AWA={"HEARTBEAT_INTERVAL": "5"}), pytest.raises(CommandError) as raised:
+        call_command("awa_health", *argv, stdout=StringIO(), stderr=StringIO())
+    assert "AWA['HEARTBEAT_INTERVAL'] is '5'" in str(raised.value)
+    assert "[awa.E003]" in str(raised.value)
+    assert raised.value.returncode == 2  # as when it cannot read the job tables: it could not check
+
+
 @pytest.mark.django_db(transaction=True)
 def test_awa_health__a_real_running_worker_is_healthy_and_gone_after_it_stops() -> None:
     with running_worker(make_config(["default"])):

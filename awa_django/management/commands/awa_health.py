@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from awa_django.conf import awa_settings
+from awa_django.conf import InvalidSettingsError, awa_settings
 from awa_django.management.arguments import seconds
 from awa_django.services.cluster import (
     cluster_capacity,
@@ -58,11 +58,15 @@ class Command(BaseCommand):
             type=seconds,
             default=None,
             metavar="SECONDS",
-            help="a worker whose snapshot is older is not live (default: 3 snapshot intervals, "
-            f"{default_stale_after():g}s with the current settings)",
+            help="a worker whose snapshot is older is not live (default: 3 snapshot intervals"
+            f"{_current_stale_after()})",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:  # no system checks run first: a bad setting is said here, not as a traceback
+            awa_settings()
+        except InvalidSettingsError as exc:
+            raise CommandError(f"cannot check: {exc}", returncode=2) from exc
         max_age: float = options["max_age"]
         stale_after: float = options["stale_after"] or default_stale_after()
         now = timezone.now()
@@ -197,3 +201,12 @@ class Command(BaseCommand):
                 )
                 out.write(f"    keys by backlog: {top}")
         # The problems are the CommandError's message (stderr): not repeated here.
+
+
+def _current_stale_after() -> str:
+    """The --stale-after default with the current settings, for --help (none while one is bad:
+    the parser is built before ``handle`` can say which)."""
+    try:
+        return f", {default_stale_after():g}s with the current settings"
+    except InvalidSettingsError:
+        return ""
