@@ -600,8 +600,9 @@ def awa_type_problem() -> SettingProblem | None:
 
 
 def unknown_keys(user: Mapping[str, Any] | None = None) -> list[str]:
-    """The keys of ``settings.AWA`` (or ``user``) that are not awa_django settings, sorted."""
-    return sorted(set(user_settings() if user is None else user) - set(DEFAULTS))
+    """The keys of ``settings.AWA`` (or ``user``) that are not awa_django settings, sorted by their
+    repr (a key need not be a string: ``AWA = {1: 2, "X": 3}`` must be reported, not crash the sort)."""
+    return sorted(set(user_settings() if user is None else user) - set(DEFAULTS), key=repr)
 
 
 def find_problems(user: Mapping[str, Any]) -> list[SettingProblem]:

@@ -112,6 +112,17 @@ def test_check_settings__unknown_key_is_w001_naming_it() -> None:
     assert "GLOBAL_MAX_WORKERS" in messages[0].hint
 
 
+def test_check_settings__keys_that_are_not_strings__w001_each_not_a_crash() -> None:
+    """A key written as a name's value (AWA = {POLL: 1} where POLL = 1, or an enum) beside a
+    string key: the unknown keys were sorted together, and `manage.py check` died with a TypeError
+    ('<' not supported between 'int' and 'str') instead of naming them."""
+    with override_settings(AWA={1: 2, None: 3, "POLL_INTERVAL": 0.5, "BOGUS": 4}):
+        messages = check_settings()
+        assert ids(messages) == ["awa.W001"] * 3
+        assert {m.msg.split(" is not")[0] for m in messages} == {"AWA[1]", "AWA[None]", "AWA['BOGUS']"}
+        assert awa_settings().POLL_INTERVAL == 0.5  # unknown keys are only a warning
+
+
 @override_settings(AWA={"GLOBAL_MAX_WORKERS": 40, "POLL_INTERVAL": 0.25, "HEARTBEAT_INTERVAL": 2})
 def test_check_settings__valid_settings_pass() -> None:
     assert check_settings() == []
