@@ -145,13 +145,14 @@ def _retention(key: str, value: object) -> SettingProblem | None:
 
 
 def _global_max_workers(key: str, value: object) -> SettingProblem | None:
-    if value is None or (_is_int(value) and cast(int, value) >= 1):
+    if value is None or (_is_int(value) and 1 <= cast(int, value) <= defaults.GLOBAL_MAX_WORKERS_MAX):
         return None
     return SettingProblem(
         key,
         value,
         "awa.E004",
-        f"AWA['GLOBAL_MAX_WORKERS'] is {value!r}; it must be an integer of at least 1, or None",
+        f"AWA['GLOBAL_MAX_WORKERS'] is {value!r}; it must be an integer of at least 1 and at most "
+        f"{defaults.GLOBAL_MAX_WORKERS_MAX} (the columns that hold it), or None",
         "set it to the number of jobs one worker may run at once, or None for hard-reserved mode",
     )
 

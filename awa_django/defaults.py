@@ -20,6 +20,9 @@ PRIORITY_DEFAULT: Final = 2
 
 MAX_ATTEMPTS_MIN: Final = 1
 MAX_ATTEMPTS_MAX: Final = 1000
+# The most GLOBAL_MAX_WORKERS (and --global-max-workers) may be: the integer columns that hold it
+# (a worker's snapshot, its cluster report, the Cluster settings row) stop at Postgres's int4.
+GLOBAL_MAX_WORKERS_MAX: Final = 2**31 - 1
 MAX_ATTEMPTS_DEFAULT: Final = 25
 
 NAME_MAX_LENGTH: Final = 255

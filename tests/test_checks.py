@@ -101,6 +101,20 @@ def test_check_settings__bad_global_max_workers_is_e004(value: object) -> None:
     assert messages[0].hint
 
 
+def test_check_settings__global_max_workers_past_the_columns_that_hold_it__e004_naming_the_limit() -> None:
+    """A worker's snapshot (WorkerInstance.global_max_workers) and its cluster report hold the global
+    maximum in an integer column: 3,000,000,000 ("no limit, really") passed the check, then every
+    snapshot write failed (integer out of range), so the worker never showed as live (awa_health
+    unhealthy, the admin without it)."""
+    with override_settings(AWA={"GLOBAL_MAX_WORKERS": 3_000_000_000}):
+        messages = check_settings()
+    assert ids(messages) == ["awa.E004"]
+    assert "3000000000" in messages[0].msg
+    assert "2147483647" in messages[0].msg
+    with override_settings(AWA={"GLOBAL_MAX_WORKERS": 2_147_483_647}):
+        assert check_settings() == []
+
+
 def test_check_settings__unknown_key_is_w001_naming_it() -> None:
     with override_settings(AWA={"GLOBAL_MAX_WORKER": 40}):  # a typo of GLOBAL_MAX_WORKERS
         messages = check_settings()

@@ -34,6 +34,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def global_max_workers(text: str) -> int:
+    """--global-max-workers: a whole number from 1 to what the snapshot's integer column holds."""
+    from awa_django.defaults import GLOBAL_MAX_WORKERS_MAX
+
+    value = positive_int(text)
+    if value > GLOBAL_MAX_WORKERS_MAX:
+        raise ArgumentTypeError(f"{text!r} must be at most {GLOBAL_MAX_WORKERS_MAX}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 1 to 65535."""
     try:

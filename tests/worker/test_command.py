@@ -27,6 +27,11 @@ from tests.harness import ROOT, wait_until, worker_env
         (["--heartbeat-interval", "0"], "argument --heartbeat-interval: '0' must be above 0 seconds"),
         (["--global-max-workers", "0"], "argument --global-max-workers: '0' must be at least 1"),
         (["--global-max-workers", "2.5"], "argument --global-max-workers: '2.5' is not a whole number"),
+        # The snapshot's integer column holds it: past that, the worker was never seen live.
+        (
+            ["--global-max-workers", "3000000000"],
+            "argument --global-max-workers: '3000000000' must be at most 2147483647",
+        ),
         (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: '-1' must be above 0 seconds"),
         # One rule with AWA["SHUTDOWN_TIMEOUT"] (check awa.E003): above 0.
         (["--shutdown-timeout", "0"], "argument --shutdown-timeout: '0' must be above 0 seconds"),

@@ -20,7 +20,7 @@ from awa_django.conf import CAPACITY_SCOPES, EVENT_LOOPS, AwaSettings, InvalidSe
 from awa_django.defaults import DATABASE_WAIT_TIMEOUT_DEFAULT, NAME_MAX_LENGTH
 from awa_django.exceptions import ConfigurationError, MinWorkersExceedGlobalError
 from awa_django.jobspec import name_problem
-from awa_django.management.arguments import port, positive_int, seconds, seconds_or_zero
+from awa_django.management.arguments import global_max_workers, port, positive_int, seconds, seconds_or_zero
 from awa_django.observability import joblog
 from awa_django.observability.endpoints import EndpointServer
 from awa_django.observability.probes import Probes, expected_migrations
@@ -146,7 +146,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--global-max-workers",
-            type=positive_int,
+            type=global_max_workers,
             metavar="N",
             help="weighted mode: at most N jobs at once in this worker, shared by weight over min_workers "
             "(default: AWA['GLOBAL_MAX_WORKERS']; unset = hard-reserved, each queue its max_workers)",
