@@ -394,7 +394,18 @@ class Command(BaseCommand):
         tune_gc(command_settings().GC_FREEZE)
         try:
             with asyncio.Runner(loop_factory=factory) as runner:
-                runner.run(run_worker(worker, probes))
+                abandoned = runner.run(run_worker(worker, probes))
+                if abandoned:
+                    # Closing the Runner would wait for them: asyncio cancels every task left and
+                    # awaits it, and a handler that swallows its cancellation runs on for as long as
+                    # it likes, well past every shutdown timeout.
+                    logging.getLogger("awa_django").warning(
+                        "%d async handler(s) still running after the stop (they ignore cancellation); "
+                        "exiting without waiting for them (their jobs were handed back or will be rescued)",
+                        abandoned,
+                    )
+                    logging.shutdown()
+                    os._exit(1)
         except KeyboardInterrupt:  # pragma: no cover - signals are handled on the loop
             pass
         if worker.executor.sync_running:
@@ -460,12 +471,19 @@ def probe_endpoints(metrics: MetricsSink, health_port: int | None, probes: Probe
     return server
 
 
-async def run_worker(worker: Worker, probes: Probes | None) -> None:
+# After the worker stopped, how long attempts it cancelled get to end before the process stops
+# waiting for them (a handler that swallows cancellation never ends).
+ABANDON_AFTER = 1.0
+
+
+async def run_worker(worker: Worker, probes: Probes | None) -> int:
     """``worker.run()``, with the probes' loop beside it on the same event loop (so that liveness
-    measures that loop) for as long as the worker runs, draining included."""
+    measures that loop) for as long as the worker runs, draining included. Returns how many
+    attempts' handlers are still running after the stop (their rows handed back or left to the
+    rescue): the caller must not wait for them."""
     if probes is None:
         await worker.run()
-        return
+        return await _unfinished(worker)
     watcher = asyncio.create_task(probes.run(worker), name="awa-probes")
     try:
         await worker.run()
@@ -473,6 +491,15 @@ async def run_worker(worker: Worker, probes: Probes | None) -> None:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+    return await _unfinished(worker)
+
+
+async def _unfinished(worker: Worker) -> int:
+    left = [entry.task for entry in worker.in_flight.values() if not entry.task.done()]
+    if not left:
+        return 0
+    _, pending = await asyncio.wait(left, timeout=ABANDON_AFTER)
+    return len(pending)
 
 
 def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
