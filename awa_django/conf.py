@@ -239,9 +239,11 @@ def _execution(key: str, value: object) -> SettingProblem | None:
 
 
 def _database_alias(key: str, value: object) -> SettingProblem | None:
-    if isinstance(value, str) and value:
-        return None
+    """A non-empty string naming an entry of DATABASES (settings.DATABASES is read as the check
+    runs; ``_reset`` rebuilds the settings when it changes)."""
     aliases = sorted(getattr(settings, "DATABASES", {}))
+    if isinstance(value, str) and value in aliases:
+        return None
     return SettingProblem(
         key,
         value,

@@ -77,6 +77,23 @@ def test_check_postgres__unknown_database_alias_is_e002() -> None:
     assert messages[0].hint == "use one of ['default']"
 
 
+@override_settings(AWA={"DATABASE_ALIAS": "jobz"})  # a typo of "jobs"
+def test_database_alias_not_in_databases__code_reading_the_settings_gets_invalid_settings_error() -> None:
+    """settings.md: code that reads the settings while one is bad gets InvalidSettingsError naming it
+    and its id. An alias missing from DATABASES was accepted: a web process (gunicorn runs no system
+    checks) got Django's "The connection 'jobz' doesn't exist." from every enqueue, naming neither the
+    AWA setting nor the aliases there are."""
+    from awa_django.models import Job
+
+    with pytest.raises(InvalidSettingsError) as raised:
+        Job.objects.enqueue("noop", {})
+    assert "AWA['DATABASE_ALIAS'] is 'jobz'" in str(raised.value)
+    assert "['default']" in str(raised.value)
+    assert "[awa.E002]" in str(raised.value)
+    assert ids(check_postgres()) == ["awa.E002"]  # the check says it once, as before
+    assert "awa.E002" not in ids(check_settings())
+
+
 @pytest.mark.parametrize("key", ["POLL_INTERVAL", "HEARTBEAT_INTERVAL", "HEARTBEAT_STALENESS", "SHUTDOWN_TIMEOUT"])
 @pytest.mark.parametrize("value", [0, -1, "5", True, None])
 def test_check_settings__non_positive_or_non_numeric_interval_is_e003(key: str, value: object) -> None:

@@ -86,6 +86,7 @@ def test_awa_settings__built_once_and_rebuilt_when_override_settings_changes_awa
 
 
 def test_awa_settings__settings_fixture_changes_take_effect(settings) -> None:
+    settings.DATABASES = {**settings.DATABASES, "jobs": dict(settings.DATABASES["default"])}
     settings.AWA = {"DATABASE_ALIAS": "jobs", "MAX_TAGS": 3}
 
     assert (awa_settings().DATABASE_ALIAS, awa_settings().MAX_TAGS) == ("jobs", 3)

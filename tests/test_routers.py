@@ -34,7 +34,7 @@ def with_jobs_alias() -> dict[str, Any]:
     return {**settings.DATABASES, "jobs": dict(settings.DATABASES["default"])}
 
 
-@override_settings(AWA={"DATABASE_ALIAS": "jobs"})
+@override_settings(DATABASES=with_jobs_alias(), AWA={"DATABASE_ALIAS": "jobs"})
 def test_router__sends_the_awa_app_to_the_jobs_alias_and_nothing_else() -> None:
     router = AwaRouter()
     assert router.db_for_read(Job) == "jobs"
@@ -48,7 +48,7 @@ def test_router__sends_the_awa_app_to_the_jobs_alias_and_nothing_else() -> None:
 def test_router__follows_the_setting_at_each_call() -> None:
     router = AwaRouter()
     assert router.db_for_write(Job) == "default"
-    with override_settings(AWA={"DATABASE_ALIAS": "other"}):
+    with override_settings(DATABASES={**with_jobs_alias(), "other": {}}, AWA={"DATABASE_ALIAS": "other"}):
         assert router.db_for_write(Job) == "other"
 
 
