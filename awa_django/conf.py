@@ -205,10 +205,24 @@ def _conninfo_problem(url: object) -> str | None:
     from psycopg import conninfo
 
     try:
-        conninfo.conninfo_to_dict(url)
+        params = conninfo.conninfo_to_dict(url)
     except Exception as exc:  # psycopg raises ProgrammingError, libpq's message says what is wrong
         return f"{exc}".strip()
+    # libpq parses any value and refuses these only as it connects: the worker would retry a LISTEN
+    # it can never open (or, for connect_timeout, lose its listener to a ProgrammingError).
+    for port in str(params.get("port", "")).split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= PORT_MAX):
+            return f"its port {port!r} is not a port number (1 to {PORT_MAX})"
+    timeout = params.get("connect_timeout")
+    if timeout is not None and not str(timeout).strip().lstrip("-").isdigit():
+        return f"its connect_timeout {timeout!r} is not a whole number of seconds"
+    sslmode = params.get("sslmode")
+    if sslmode is not None and sslmode not in SSL_MODES:
+        return f"its sslmode {sslmode!r} is not one of {', '.join(SSL_MODES)}"
     return None
+
+
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 def _prepared_statements(key: str, value: object) -> SettingProblem | None:

@@ -77,6 +77,33 @@ def test_check_postgres__unknown_database_alias_is_e002() -> None:
     assert messages[0].hint == "use one of ['default']"
 
 
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql://awa@db-host:99999/jobs", "99999"),
+        ("host=db-host port=5432x dbname=jobs", "5432x"),
+        ("postgresql://awa@db-host/jobs?connect_timeout=soon", "soon"),
+        ("postgresql://awa@db-host/jobs?sslmode=required", "required"),
+    ],
+)
+def test_check_settings__listen_url_libpq_cannot_use__e013_naming_the_value(url: str, named: str) -> None:
+    """libpq parses these (conninfo_to_dict), then refuses them at every connection: the worker
+    retried a LISTEN it could never open, forever, polling instead ('connection is bad: invalid port
+    number'); a connect_timeout it could not read (a ProgrammingError, not a transient error) killed
+    the listener's task and stopped the worker with a failure."""
+    with override_settings(AWA={"LISTEN_DATABASE_URL": url}):
+        messages = check_settings()
+    assert ids(messages) == ["awa.E013"]
+    assert named in messages[0].msg
+    assert messages[0].hint is not None and "postgresql://" in messages[0].hint
+
+
+def test_check_settings__listen_url_libpq_takes__passes() -> None:
+    url = "postgresql://awa:secret@db-a:5432,db-b:6432/jobs?sslmode=verify-full&connect_timeout=5"
+    with override_settings(AWA={"LISTEN_DATABASE_URL": url, "LISTEN": True}):
+        assert check_settings() == []
+
+
 @override_settings(AWA={"DATABASE_ALIAS": "jobz"})  # a typo of "jobs"
 def test_database_alias_not_in_databases__code_reading_the_settings_gets_invalid_settings_error() -> None:
     """settings.md: code that reads the settings while one is bad gets InvalidSettingsError naming it
