@@ -54,6 +54,12 @@ def connection_kwargs(alias: str) -> dict[str, Any]:
         params["prepare_threshold"] = None
     elif "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
         params.pop("prepare_threshold", None)
+    # OPTIONS["assume_role"]: Django runs SET ROLE on each connection it opens, and its connection
+    # params leave the option out; these connections take the role at startup (libpq's options).
+    role = connection.settings_dict.get("OPTIONS", {}).get("assume_role")
+    if role:
+        escaped = str(role).replace("\\", "\\\\").replace(" ", "\\ ")
+        params["options"] = f"{params.get('options') or ''} -c role={escaped}".strip()
     params["autocommit"] = True
     params.setdefault("application_name", "awa_worker")
     params["context"] = EXACT_DURATIONS
