@@ -140,3 +140,41 @@ def test_awa_worker__unknown_queue_on_the_command_line__warned_at_start_naming_i
     assert "A typo? Known queues: " in warning and "reports" in warning
     assert "create it in the Queue admin, or declare a @job with queue='nosuchqueue'" in warning
     assert log.index(warning) < log.index("worker started instance=")  # said at start, before it serves anything
+
+
+@pytest.fixture
+def unmigrated_database(django_db_blocker: Any) -> Any:
+    """An empty database on the test server: what a worker meets when it is deployed before `migrate`."""
+    from django.db import connection as django_connection
+
+    name = "awa_unmigrated_cmd"
+    with django_db_blocker.unblock(), django_connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        with django_db_blocker.unblock(), django_connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_awa_worker__database_not_migrated__command_error_naming_migrate_not_a_traceback(
+    unmigrated_database: str,
+) -> None:
+    """Deployed before `migrate` ran (or pointed at the wrong database), the worker stopped with a
+    ProgrammingError traceback ('relation "awa_queue" does not exist') that named no fix."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "awa_worker", "-q", "default", "--wait-for-database", "0"],
+        cwd=ROOT,
+        env=worker_env(AWA_DB_NAME=unmigrated_database),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "migrate" in result.stderr, result.stderr[-3000:]
+    assert repr(unmigrated_database) in result.stderr, result.stderr[-3000:]

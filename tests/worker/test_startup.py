@@ -65,7 +65,7 @@ def test_worker__started_5s_before_postgres_waits_and_then_serves_jobs(server: P
             return server.rows("SELECT state FROM awa_job_all WHERE kind = 'noop'") == [(JobState.COMPLETED.value,)]
 
         wait_until(completed, timeout=60, what="the job to complete once Postgres is up")
-        assert "database reachable database=default what=reading the Queue rows" in worker.log
+        assert "database reachable database=default what=reading the applied migrations" in worker.log
         worker.signal(signal.SIGTERM)
         assert worker.wait_exit() == 0, worker.log[-4000:]
     finally:

@@ -322,6 +322,7 @@ class Command(BaseCommand):
         alias = awa_settings().DATABASE_ALIAS
         timeout = database_wait_timeout(options["wait_for_database"])
         started = time.monotonic() if started is None else started
+        with_database(alias, timeout, "reading the applied migrations", lambda: _check_migrated(alias), started=started)
         rows = with_database(alias, timeout, "reading the Queue rows", _read_queue_rows, started=started)
         try:
             config = build_config(
@@ -519,6 +520,22 @@ def metrics_sink(name: str | None, port_option: int | None) -> MetricsSink:
     except ConfigurationError as exc:
         raise CommandError(str(exc)) from exc
     return sink
+
+
+def _check_migrated(alias: str) -> None:
+    """A CommandError naming the fix when the jobs' database lacks awa_django's latest migrations
+    (a worker deployed before `migrate`, or pointed at another database): the system checks that
+    read rows stay quiet then, and the first query failed with a bare "relation does not exist"."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    applied = {name for app, name in MigrationRecorder(connections[alias]).applied_migrations() if app == "awa"}
+    missing = sorted(expected_migrations() - applied)
+    if missing:
+        option = "" if alias == "default" else f" --database {alias}"
+        raise CommandError(
+            f"database {_describe_database(alias)} lacks awa_django's migrations (not applied: {', '.join(missing)}; "
+            f"{len(applied)} applied): run `python manage.py migrate{option}` before starting workers"
+        )
 
 
 def _read_queue_rows() -> list[dict[str, Any]]:
