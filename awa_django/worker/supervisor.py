@@ -349,16 +349,20 @@ class Worker:
         if any(not entry.task.done() for entry in self.in_flight.values()):
             await self._hand_back()
         # The last results: bounded too, a database that stays away must not hold the stop forever.
-        flush = max(self.config.shutdown_timeout, 5.0)
-        try:
-            await stop.unless_forced(asyncio.wait_for(self.completer.wait_idle(), flush))
-        except TimeoutError:
+        flush = self._write_budget
+        flushing = asyncio.ensure_future(asyncio.wait_for(self.completer.wait_idle(), flush))
+        if await stop.unless_forced(flushing) and isinstance(flushing.exception(), TimeoutError):
             logger.error(
                 "could not write %d finished attempt(s) within %.1fs of stopping; their rows stay running "
                 "until the rescue retries them",
                 self.completer.pending,
                 flush,
             )
+
+    @property
+    def _write_budget(self) -> float:
+        """How long each of the stop's last writes (the hand-back, the flush) may wait for the database."""
+        return max(self.config.shutdown_timeout, 5.0)
 
     async def _hand_back(self) -> None:
         """Cancel the handlers still running, then hand back the attempts that did not return.
@@ -395,14 +399,22 @@ class Worker:
 
         self.completer.note_handed_back(ids)
 
+        budget = self._write_budget
+
         async def write() -> None:
-            async with self.runtime.pool.connection() as conn:
+            async with self.runtime.pool.connection(timeout=budget) as conn:
                 await conn.execute(statements["release_jobs"], params)
 
-        try:
-            await stop.unless_forced(retrying("release_jobs", write, attempts=5))
-        except WRITE_ERRORS as exc:
-            logger.error("could not hand back %d job(s): %r; the rescue path will recover them", len(left), exc)
+        # Bounded as a whole: with the database gone, five tries of the pool's own 30 s wait held
+        # the stop for minutes, past any orchestrator's grace period.
+        writing = asyncio.ensure_future(asyncio.wait_for(retrying("release_jobs", write, attempts=5), budget))
+        if not await stop.unless_forced(writing):
+            return
+        failure = writing.exception()
+        if isinstance(failure, (*WRITE_ERRORS, TimeoutError)):
+            logger.error("could not hand back %d job(s): %r; the rescue path will recover them", len(left), failure)
+        elif failure is not None:
+            raise failure
 
     async def _close(self) -> None:
         self.runtime.stop.begin()

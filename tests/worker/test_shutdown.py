@@ -81,3 +81,64 @@ def test_second_sigterm__stops_at_once_leaving_running_rows_for_the_rescue(spawn
     assert "second stop request" in worker.log
     assert "forced stop (a second SIGTERM/SIGINT)" in worker.log
     assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_sigterm__database_gone_mid_run__the_worker_stops_within_its_shutdown_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database goes away under a running worker, then SIGTERM: nothing can be written (the
+    job's row stays running, for the rescue), but the stop still keeps to its budget, the shutdown
+    timeout plus the bounded flush, so that an orchestrator's grace period is enough and no SIGKILL
+    is needed."""
+    import asyncio
+    import socket
+    import threading
+    import time
+
+    from django.db import connection
+
+    from awa_django.worker import Worker, db
+    from tests.harness import make_config
+
+    with socket.socket() as probe:  # a port nothing listens on: every new connection is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    job = Job.objects.enqueue("sleep", {"seconds": 300}, queue="gone")
+    worker = Worker(make_config(["gone"], shutdown_timeout=1.0))
+    box: dict[str, BaseException] = {}
+
+    def main() -> None:
+        try:
+            asyncio.run(worker.run())
+        except BaseException as exc:  # reported below
+            box["error"] = exc
+
+    thread = threading.Thread(target=main, name="awa-test-gone", daemon=True)
+    thread.start()
+    try:
+        wait_until(worker.ready.is_set, what="the worker started")
+        wait_until(lambda: Job.objects.running().filter(pk=job.pk).exists(), what="the job running")
+        real = db.connection_kwargs
+        monkeypatch.setattr(db, "connection_kwargs", lambda alias: {**real(alias), "host": "127.0.0.1", "port": port})
+        worker.runtime.pool.kwargs = {**db.connection_kwargs("default"), "host": "127.0.0.1", "port": port}
+        with connection.cursor() as cursor:  # the worker's sessions end: the database is gone for it
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'awa_worker%%' AND datname = current_database()"
+            )
+        wait_until(lambda: not worker.listening, what="the worker to notice")
+        started = time.monotonic()
+        worker.request_stop_threadsafe()
+        thread.join(300)
+        took = time.monotonic() - started
+    finally:
+        if thread.is_alive():  # a second request: at once
+            worker.request_stop_threadsafe()
+            thread.join(30)
+    assert not thread.is_alive()
+    assert "error" not in box, box
+    # shutdown timeout 1 s + hand-back grace 1.5 s + flush max(1, 5) s + close, with room for a slow machine
+    assert took < 20, f"the stop took {took:.1f}s with the database gone"
+    assert Job.objects.get(pk=job.pk).state == "running"  # nothing could be written: the rescue's
