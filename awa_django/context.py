@@ -119,6 +119,7 @@ class JobContext:
         "_progress_json",
         "_steps",
         "_upstreams",
+        "atomic_depth",
         "clock_floor",
         "finishing",
         "job",
@@ -143,6 +144,10 @@ class JobContext:
         self._steps: Steps | None = None  # a durable job's steps, read at its first step
         # run_jobs(now=...) sets it: durable sleeps and waits read the clock as at least this.
         self.clock_floor: datetime | None = None
+        # How many transaction.atomic() blocks were open on the jobs' connection when the runner
+        # called a def handler (None: not known, an async handler): a sleep or wait reached inside
+        # more is inside a block of the handler's own, which its park would roll back (durable.py).
+        self.atomic_depth: int | None = None
 
     def upstreams(self, name: str | None = None) -> list[Any]:
         """This workflow step's upstream jobs (``UpstreamResult``: name, job_id, state, result),
@@ -179,7 +184,7 @@ class JobContext:
         if sync:
             _refuse_on_loop()
         if self._steps is None:
-            self._steps = Steps(self.job.id, self.job.attempt, floor=self.clock_floor)
+            self._steps = Steps(self.job.id, self.job.attempt, floor=self.clock_floor, depth=self.atomic_depth)
         return self._steps
 
     @property

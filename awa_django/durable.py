@@ -87,9 +87,16 @@ def _loads(value: Any) -> Any:
 class Steps:
     """One attempt's view of its job's steps: read once, at the first step, sleep or wait."""
 
-    __slots__ = ("_clock", "_counts", "_stored", "_used", "alias", "attempt", "floor", "job_id", "parked")
+    __slots__ = ("_clock", "_counts", "_stored", "_used", "alias", "attempt", "depth", "floor", "job_id", "parked")
 
-    def __init__(self, job_id: int, attempt: int, alias: str | None = None, floor: datetime | None = None) -> None:
+    def __init__(
+        self,
+        job_id: int,
+        attempt: int,
+        alias: str | None = None,
+        floor: datetime | None = None,
+        depth: int | None = None,
+    ) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.alias = alias or awa_settings().DATABASE_ALIAS
@@ -97,6 +104,9 @@ class Steps:
         # deadlines are decided and recorded by it; the park's delay stays relative to the
         # database's clock, which the writer adds it to.
         self.floor = floor
+        # The transaction.atomic() blocks open on the connection when the handler was called (None:
+        # unknown): a park reached inside more is refused (_park).
+        self.depth = depth
         self._stored: dict[str, StoredStep] | None = None
         # The database's clock, monotonic() then, and now() then (in a transaction: its start).
         self._clock: tuple[datetime, float, datetime] | None = None
@@ -210,7 +220,7 @@ class Steps:
         assert wake is not None
         if wake <= self.now():
             return None
-        return self._park(JobState.SCHEDULED, wake, waits_event=False)
+        return self._park(name, JobState.SCHEDULED, wake, waits_event=False)
 
     def seconds_until(self, when: datetime) -> float:
         if when.tzinfo is None:
@@ -271,8 +281,8 @@ class Steps:
                     return self._again(event, timeout, name)
                 raise WaitTimeout(self.job_id, name, event)
         if deadline is None:
-            return self._park(JobState.WAITING, None, waits_event=True), None
-        return self._park(JobState.SCHEDULED, deadline, waits_event=True), None
+            return self._park(name, JobState.WAITING, None, waits_event=True), None
+        return self._park(name, JobState.SCHEDULED, deadline, waits_event=True), None
 
     def _again(self, event: str, timeout: float | None, name: str) -> tuple[Park | None, Any]:
         """The wait's record changed under us (another attempt of the job): read it and decide again."""
@@ -290,8 +300,24 @@ class Steps:
             return self._clock[2]
         return self._database_now()
 
-    def _park(self, state: JobState, wake: datetime | None, *, waits_event: bool) -> Park:
-        """Park until ``wake`` (None: until a signal): the writer sets run_at = its now() + delay."""
+    def _park(self, name: str, state: JobState, wake: datetime | None, *, waits_event: bool) -> Park:
+        """Park until ``wake`` (None: until a signal): the writer sets run_at = its now() + delay.
+
+        Refused (``StepError``, the job fails: every attempt would do the same) inside a
+        ``transaction.atomic()`` block of the handler's own: the park ends the attempt by raising
+        through that block, which rolls back on any exception, and the sleep's or wait's record with
+        it, while the park itself is written. The job would then sleep again at every resume, or
+        wait where no signal finds it, and never go on."""
+        if self.depth is not None and len(connections[self.alias].atomic_blocks) > self.depth:
+            kind = "sleep" if not waits_event else "wait_for"
+            raise StepError(
+                self.job_id,
+                name,
+                f"{kind} inside a transaction.atomic() block of the handler's own: parking ends the attempt with an "
+                "exception, which rolls that block back, and this park's record with it (the job would never go "
+                f"on). Call {kind} outside the block; in an atomic=True handler the writes before it commit with "
+                "the park anyway",
+            )
         delay = None if wake is None else (wake - self._writer_now()).total_seconds()
         self.parked = park = Park(state, delay, waits_event)
         return park

@@ -102,6 +102,7 @@ def run_atomic(
         with transaction.atomic(using=alias):
             if outermost:
                 transaction.on_commit(partial(committed.append, True), using=alias)
+            context.atomic_depth = len(connection.atomic_blocks)  # run_atomic's own block counts
             try:
                 result = _call(call, job)
             except Parked:

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from awa_django.conf import awa_settings
 from awa_django.context import COMPLETED, ClaimedJob, JobContext, Outcome
@@ -133,6 +133,7 @@ class Executor:
         call = partial(handler.func, context, **args) if handler.takes_context else partial(handler.func, **args)
         if handler.atomic:
             return run_atomic(self.alias, call, context, self._completed_with)
+        context.atomic_depth = len(connections[self.alias].atomic_blocks)
         return call()
 
     def _bind_error(self, handler: JobHandler, args: dict[str, Any]) -> str | None:

@@ -297,3 +297,62 @@ def test_sleep_and_wait_for__a_duration_no_timestamp_holds__fail_the_job_naming_
     assert error["exception"] == "awa_django.exceptions.StepError"
     assert repr(float(seconds)) in error["error"]
     assert steps_of(job.id) == {}  # nothing was recorded
+
+
+
+def _sleeps_in_a_block(context: JobContext) -> Any:
+    from django.db import transaction
+
+    with transaction.atomic():
+        Execution.objects.create(job_id=context.job_id, attempt=context.attempt, run_lease=context.run_lease, pid=1)
+        context.sleep(3600)
+    return "woke"
+
+
+def _waits_in_a_block(context: JobContext) -> Any:
+    from django.db import transaction
+
+    with transaction.atomic():
+        return context.wait_for("approved")
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+@pytest.mark.parametrize(("kind", "handler", "says"), [("sleeper", _sleeps_in_a_block, "sleep inside"), ("waiter", _waits_in_a_block, "wait_for inside")])
+@pytest.mark.django_db
+def test_park_inside_a_transaction_atomic_block__fails_saying_so_not_parked_for_ever(
+    atomic: bool, kind: str, handler: Any, says: str
+) -> None:
+    """The park ends the attempt by raising through the handler's own ``transaction.atomic()``
+    block, which rolls back on any exception: the sleep's or wait's record went with it while the
+    park was written. A sleeping job then slept again at every resume, and a waiting one waited
+    where no signal looks (signal_job wakes a job with a wait in force), for ever. Refused instead,
+    at once, naming the rule."""
+    registry = registry_of(f"durable.block_{kind}", handler, atomic=atomic)
+    job = Job.objects.enqueue(f"durable.block_{kind}", {}, queue=QUEUE)
+    run = run_once(job.id, registry)
+    assert run is not None
+    row = Job.objects.get(id=job.id)
+    assert (row.state, steps_of(job.id)) == ("failed", {}), (row.state, row.errors, steps_of(job.id))
+    assert says in row.errors[-1]["error"] and "transaction.atomic() block" in row.errors[-1]["error"]
+    assert Execution.objects.filter(job_id=job.id).count() == 0
+
+
+def _parks_after_a_block(context: JobContext) -> Any:
+    from django.db import transaction
+
+    with transaction.atomic():
+        first = context.step("first", lambda: "one")
+    context.sleep(3600)
+    return first
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+@pytest.mark.django_db
+def test_park_after_a_transaction_atomic_block__parks_and_resumes(atomic: bool) -> None:
+    registry = registry_of("durable.after_block", _parks_after_a_block, atomic=atomic)
+    job = Job.objects.enqueue("durable.after_block", {}, queue=QUEUE)
+    assert run_once(job.id, registry).state == "scheduled"  # type: ignore[union-attr]
+    assert set(steps_of(job.id)) == {"first", "sleep#1"}
+    expire(job.id)
+    run = run_once(job.id, registry)
+    assert run is not None and run.state == "completed" and run.result == "one", run
