@@ -181,7 +181,17 @@ class Steps:
 
     def begin(self, name: str) -> tuple[bool, Any]:
         """(True, stored result) for a step done in an earlier attempt; (False, None) to run it."""
+        read_now = self._stored is None  # this call reads the steps: nothing to read again
         stored = self._use(name, STEP)
+        if stored is None and not read_now and self.attempt > 1:
+            # A retry may overlap the attempt it replaced (rescued for a stale heartbeat or a passed
+            # deadline, its thread still running): that one may have recorded this step since our
+            # read. Read again before running it, or a step that completed would run twice. A first
+            # attempt has no earlier one, and pays nothing for this.
+            self._stored = None
+            stored = self._load().get(name)
+            if stored is not None and stored.kind != STEP:
+                raise StepKindMismatchError(self.job_id, name, stored.kind, STEP)
         return (True, stored.result) if stored is not None else (False, None)
 
     def abandon(self, name: str) -> None:

@@ -344,3 +344,43 @@ def test_atomic__workflow_step_loses_its_lease__dependent_waits_then_runs_once(
     # The lost attempt released nothing and wrote nothing; the dependent ran once, after attempt 2.
     assert _executions(a.id) == [(2, first_row.run_lease)]
     assert _executions(b.id) == [(1, done.run_lease)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_durable__rescued_attempt_completes_a_step_before_the_next_reaches_it__not_run_again(
+    worker_for: Callable[[Registry], Any], gate: threading.Event
+) -> None:
+    """A rescue (a stale heartbeat, a passed deadline) leaves the first attempt's thread running:
+    it completes and records s2 while the second attempt is still before s2. The second then
+    reaches a step whose record is stored, and must return it rather than run it again."""
+    from awa_django.models import JobStep
+
+    in_s2: list[int] = []
+    before_s2 = threading.Event()
+    ran_s2: list[int] = []
+
+    def handler(context: JobContext) -> Any:
+        context.step("s1", lambda: context.attempt)
+        if context.attempt == 2:
+            before_s2.wait(30)
+
+        def second() -> int:
+            in_s2.append(context.attempt)
+            if context.attempt == 1:
+                gate.wait(30)
+            ran_s2.append(context.attempt)
+            return context.attempt
+
+        return context.step("s2", second)
+
+    worker_for(_registry(("durable_overlap", handler), atomic=False))
+    job_id = Job.objects.enqueue("durable_overlap", {}, queue=QUEUE).id
+    wait_until(lambda: in_s2, what="the first attempt inside s2")
+    assert _rescue_now() == [job_id]
+    wait_until(lambda: Job.objects.get(pk=job_id).attempt == 2, what="the second attempt claimed")
+    gate.set()  # the first attempt finishes s2 and records it
+    wait_until(lambda: JobStep.objects.filter(job_id=job_id, name="s2").exists(), what="s2 recorded")
+    before_s2.set()
+    row = wait_for_row(job_id, state="completed")
+    assert ran_s2 == [1], ran_s2
+    assert row.result == 1
