@@ -299,7 +299,6 @@ def test_sleep_and_wait_for__a_duration_no_timestamp_holds__fail_the_job_naming_
     assert steps_of(job.id) == {}  # nothing was recorded
 
 
-
 def _sleeps_in_a_block(context: JobContext) -> Any:
     from django.db import transaction
 
@@ -317,7 +316,10 @@ def _waits_in_a_block(context: JobContext) -> Any:
 
 
 @pytest.mark.parametrize("atomic", [False, True])
-@pytest.mark.parametrize(("kind", "handler", "says"), [("sleeper", _sleeps_in_a_block, "sleep inside"), ("waiter", _waits_in_a_block, "wait_for inside")])
+@pytest.mark.parametrize(
+    ("kind", "handler", "says"),
+    [("sleeper", _sleeps_in_a_block, "sleep inside"), ("waiter", _waits_in_a_block, "wait_for inside")],
+)
 @pytest.mark.django_db
 def test_park_inside_a_transaction_atomic_block__fails_saying_so_not_parked_for_ever(
     atomic: bool, kind: str, handler: Any, says: str
