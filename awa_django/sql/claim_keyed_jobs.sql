@@ -3,7 +3,8 @@
 --   (worker/keyed.py; the grants come from concurrency/keys.py KeyShares.pick).
 -- Parameters: queue (text); grants (json: one array per granted key, [key, count, priority,
 --   run_at, id]: its count, never more than the permits the runner holds for it, then the
---   (priority, run_at, id) its scan starts after, run_at in epoch seconds, nulls for the key's
+--   (priority, run_at, id) its scan starts after, run_at in epoch seconds, or its
+--   isoformat text outside 1698-2242 where a float is not exact to the microsecond, nulls for the key's
 --   front; the runner keeps a cursor per active key. worker/keyed.py claim_grants: one json.dumps,
 --   where five arrays cost a Python dump per element); deadline (interval or NULL: the queue's
 --   deadline); worker (text): the claiming worker's host:pid, stored as attempted_by.
@@ -28,7 +29,7 @@ WITH picked AS (
     FROM json_array_elements(%(grants)s::json) AS e
     CROSS JOIN LATERAL (
         SELECT (e->>0)::varchar AS fair_key, (e->>1)::int AS n, (e->>2)::int AS after_priority,
-            to_timestamp((e->>3)::float8) AS after_run_at, (e->>4)::bigint AS after_id
+            (CASE json_typeof(e->3) WHEN 'number' THEN to_timestamp((e->>3)::float8) ELSE (e->>3)::timestamptz END) AS after_run_at, (e->>4)::bigint AS after_id
     ) AS g
     CROSS JOIN LATERAL (
         SELECT j.id

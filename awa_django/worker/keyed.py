@@ -526,16 +526,24 @@ class KeyedPermit(Permit):
 def claim_grants(counts: Mapping[str, int], cursors: Mapping[str, KeyCursor]) -> str:
     """claim_keyed_jobs' ``grants``: per granted key, ``[key, count, priority, run_at, id]`` of
     where its scan starts (its cursor; nulls: its front), as one JSON text. ``run_at`` goes as epoch
-    seconds (a float: exact to the microsecond until the year 2242, and a seventh of isoformat's
-    cost); the statement reads it back with to_timestamp."""
+    seconds (a float: a seventh of isoformat's cost), exact to the microsecond only within 2**33
+    seconds of 1970 (1698 to 2242); outside, as its isoformat text (enqueue takes run_at from year
+    1: a cursor rounded past its own run_at left every later job of its key behind it, unclaimed).
+    The statement reads a number back with to_timestamp, a text as a timestamptz."""
     grants: list[list[Any]] = []
     for key, count in counts.items():
         at = cursors.get(key)
         if at is None:
             grants.append([key, count, None, None, None])
         else:
-            grants.append([key, count, at[0], at[1].timestamp(), at[2]])
+            seconds = at[1].timestamp()
+            grants.append(
+                [key, count, at[0], seconds if -_EXACT_SECONDS < seconds < _EXACT_SECONDS else at[1].isoformat(), at[2]]
+            )
     return json.dumps(grants)
+
+
+_EXACT_SECONDS = float(2**33)  # epoch seconds a float holds to the microsecond (its step stays under 1 µs)
 
 
 async def has_keyed_backlog(pool: AsyncConnectionPool, queue: str) -> bool:

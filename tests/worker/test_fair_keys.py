@@ -5,7 +5,7 @@ Measured from the job rows (tests/worker/fairkeys.py): each attempt's [attempted
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -298,3 +298,23 @@ def test_run_jobs__honours_a_cap_counted_from_the_running_rows() -> None:
     Job.objects.filter(pk=elsewhere).update(state="completed", finalized_at=timezone.now())
     report = run_jobs(queue=QUEUE)
     assert sorted(run.job_id for run in report) == sorted(waiting)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_key_cursor__a_run_at_centuries_ago__the_keys_later_jobs_still_run() -> None:
+    """enqueue takes any run_at from year 1 on. A key's cursor went to claim_keyed_jobs as epoch
+    seconds in a float, exact to the microsecond only within about 285 years of 1970: a backlog
+    due in 1600 (one run_at, as enqueue_many writes it) had its cursor rounded past its own
+    run_at, so after the key's first claim every later job of the key lay "behind" the cursor,
+    each claim came back empty, and the sweep (which only moves a cursor back) never freed them."""
+    due = datetime(1600, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(
+            kind="noop", queue=QUEUE, fair_key="old", args={}, state="available", priority=2, run_at=due, created_at=now
+        )
+        for _ in range(5)
+    )
+    with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=1)})) as worker:
+        wait_until(lambda: done(5), timeout=15, what="the 5 jobs due in 1600 done")
+        assert worker.runners[QUEUE].keyed is not None
