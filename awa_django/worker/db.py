@@ -58,7 +58,19 @@ async def connect(alias: str, purpose: str | None = None) -> psycopg.AsyncConnec
     listen_url = awa_settings().LISTEN_DATABASE_URL
     if purpose == LISTEN_PURPOSE and listen_url:
         return await psycopg.AsyncConnection.connect(listen_url, **listen_kwargs(kwargs))
-    return await psycopg.AsyncConnection.connect(**kwargs)
+    conn = await psycopg.AsyncConnection.connect(**kwargs)
+    await read_committed(conn)
+    return conn
+
+
+async def read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Every transaction the runtime opens on ``conn`` begins READ COMMITTED, whatever the
+    database's, the role's or OPTIONS["options"]'s default_transaction_isolation: the runtime's
+    multi-statement transactions count on a new snapshot per statement (a capped key's claim counts
+    its running rows after waiting for the key's lock: under repeatable read it counted them as
+    they were before the wait, and the key ran past its cap). psycopg says so in each BEGIN, no
+    session state, so it holds behind a transaction pooler too."""
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
 
 
 def make_pool(alias: str, size: int) -> AsyncConnectionPool:
@@ -69,6 +81,7 @@ def make_pool(alias: str, size: int) -> AsyncConnectionPool:
         max_size=size,
         open=False,
         name="awa-worker",
+        configure=read_committed,
         reconnect_timeout=24 * 3600.0,  # keep trying through a long outage; each failure is logged
     )
 

@@ -318,3 +318,72 @@ def test_key_cursor__a_run_at_centuries_ago__the_keys_later_jobs_still_run() -> 
     with running_worker(make_config({QUEUE: QueueConfig(QUEUE, max_workers=1)})) as worker:
         wait_until(lambda: done(5), timeout=15, what="the 5 jobs due in 1600 done")
         assert worker.runners[QUEUE].keyed is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cap__a_database_whose_default_isolation_is_repeatable_read__the_cap_still_holds() -> None:
+    """A capped claim takes its key's lock, then counts the key's running rows in a new snapshot
+    (READ COMMITTED). A database, role or OPTIONS["options"] whose default_transaction_isolation is
+    repeatable read (a common production default) made the count read the snapshot taken when the
+    transaction's first statement began, before its wait for the lock: the claims that another
+    worker committed meanwhile were not counted, and the key ran past its cap."""
+    import asyncio
+    import threading
+
+    from psycopg_pool import AsyncConnectionPool
+
+    from awa_django.context import ClaimRows
+    from awa_django.dbparams import connection_kwargs
+    from awa_django.worker.db import make_pool
+    from awa_django.worker.keyed import KeyedClaims
+
+    ids = add_jobs(QUEUE, "capped", 6, kind="noop")
+    kwargs = connection_kwargs("default")
+    kwargs["options"] = f"{kwargs.get('options') or ''} -c default_transaction_isolation=repeatable\\ read".strip()
+    pool: AsyncConnectionPool = make_pool("default", 1)
+    pool.kwargs = kwargs
+    claims = KeyedClaims(QUEUE, QueueKeySettings(overrides={"capped": (1, 2)}))
+    claims.shares.offer("capped", 6)
+    params = claims.plan(2, None)
+    assert params is not None and params["awarded"] == {"capped": 2}
+    box: dict[str, object] = {}
+
+    def claim() -> None:
+        async def go() -> None:
+            await pool.open(wait=True)
+            try:
+                box["jobs"] = await claims.run(pool, params, ClaimRows())
+            finally:
+                await pool.close()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            box["error"] = exc
+
+    other = connect_outside_django()
+    try:
+        other.execute("BEGIN")
+        other.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s::text || E'\\x1f' || %s::text, 0))", [QUEUE, "capped"]
+        )
+        thread = threading.Thread(target=claim)
+        thread.start()
+        with connect_outside_django() as watch:
+            wait_until(
+                lambda: (
+                    watch.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    ).fetchone()[0]  # type: ignore[index]
+                    == 1
+                ),
+                what="the capped claim waiting for the key's lock",
+            )
+        # Another worker's claim of the key commits while this one waits: two of its jobs run.
+        other.execute("UPDATE awa_job SET state = 'running', attempt = 1, run_lease = 1 WHERE id = ANY(%s)", [ids[-2:]])
+        other.execute("COMMIT")
+        thread.join(30)
+    finally:
+        other.close()
+    assert "error" not in box, box.get("error")
+    assert Job.objects.filter(queue=QUEUE, fair_key="capped", state="running").count() <= 2
