@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, F, Func, JSONField, Q, Value, When
+from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, When
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Greatest, JSONObject, Least, Now
 from django.utils import timezone
@@ -139,7 +139,11 @@ def cancel_jobs(ids: Iterable[int | str], *, skip_locked: bool = False, reason: 
             .filter(pk__in=[r[0] for r in rows])
             .update(
                 state=JobState.CANCELLED,
-                finalized_at=timezone.now(),
+                # The database's clock, as every finalising write: the history rollup closes
+                # minutes by it, so a web server's clock behind it would file the job in a minute
+                # already final (never counted); statement_timestamp(), not now(): the caller's
+                # transaction may have begun long before.
+                finalized_at=Func(function="statement_timestamp", output_field=DateTimeField()),
                 heartbeat_at=None,
                 deadline_at=None,
                 errors=_with_reason(reason) if reason else F("errors"),
