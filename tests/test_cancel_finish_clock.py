@@ -47,7 +47,7 @@ def test_cancel__app_clock_behind_the_database__the_cancelled_job_is_counted_in_
     job_id = Job.objects.enqueue("cancel_clock", {}, queue="cancel_clock").id
     _caught_up()  # every minute ended more than the grace ago is final
     behind = _database_now() - timedelta(minutes=3)  # a web server whose clock runs 3 minutes slow
-    monkeypatch.setattr(job_services.timezone, "now", lambda: behind)
+    monkeypatch.setattr("django.utils.timezone.now", lambda: behind)
     assert job_services.cancel_jobs([job_id]) == 1
     _caught_up()
     rows = Job.objects.filter(state=JobState.CANCELLED, kind="cancel_clock").count()
