@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from awa_django.defaults import MAX_ATTEMPTS_MAX
 from awa_django.exceptions import InvalidJobError
-from awa_django.models import Job, JobState
+from awa_django.models import Job, JobEdge, JobState
 from awa_django.services.db import database_alias, notify
 from awa_django.sql import CANCEL_CHANNEL, JOBS_CHANNEL, statements
 from awa_django.validation import brief
@@ -74,13 +74,33 @@ def retry_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
     The attempt count is kept; ``max_attempts`` is raised to ``attempt + 1`` where the job had
     used them all, so it runs once more. A unique job whose key is now held by another job is
     left as it is (retrying it would break the uniqueness it asked for).
+
+    A workflow step keeps its place in the graph, as ``retry_workflow`` re-arms one: it waits
+    (``waiting``, ``pending`` counting them) for its upstream jobs that have not ended or are
+    retried with it, and its own out-edges, consumed when it ended, open again for the dependents
+    that still wait (its next end releases them once more, not twice).
     """
     wanted = _ids(ids)
     if not wanted:
         return 0
     alias = database_alias()
     with transaction.atomic(using=alias):
-        rows = _locked(wanted, RETRYABLE_FROM, skip_locked)
+        edges = list(
+            JobEdge.objects.using(alias).filter(downstream_id__in=wanted).values_list("upstream_id", "downstream_id")
+        )
+        upstreams = {up for up, _ in edges} - set(wanted)
+        # the upstream jobs are locked with the retried ones, in one id order (a worker ending one
+        # of them locks it, then its dependents): their state cannot change before this commits
+        if upstreams:
+            locked = _locked(sorted(set(wanted) | upstreams), [s.value for s in JobState], skip_locked)
+            held = {r[0] for r in locked}
+            # with skip_locked, an upstream a worker holds (ending it, perhaps) was not locked: its
+            # state is not known yet, so the steps after it are skipped too, left for a later chunk
+            busy = set(Job.objects.using(alias).filter(pk__in=upstreams - held).values_list("pk", flat=True))
+            blocked = {down for up, down in edges if up in busy}
+            rows = [r for r in locked if r[0] in set(wanted) and r[0] not in blocked and r[2] in RETRYABLE_FROM]
+        else:  # no workflow step: only the rows this changes are locked
+            rows = _locked(wanted, RETRYABLE_FROM, skip_locked)
         changed: list[tuple[int, str]] = []
         for start in range(0, len(rows), 1000):
             batch = rows[start : start + 1000]
@@ -97,9 +117,30 @@ def retry_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
                     except IntegrityError:
                         continue
         if changed:
+            _rearm_steps(alias, [job_id for job_id, _ in changed], edges)
             queues = sorted({queue for _, queue in changed})
             notify(statements["notify_available_queues"], {"channel": JOBS_CHANNEL, "queues": queues})
     return len(changed)
+
+
+def _rearm_steps(alias: str, retried: list[int], edges: list[tuple[int, int]]) -> None:
+    """Put the retried workflow steps back in their graph (retry_jobs' docstring): each waits for
+    its upstream jobs not ended (the retried ones are available again by now), and its out-edges
+    count again for its dependents that still wait."""
+    done = set(retried)
+    ups = {up for up, down in edges if down in done}
+    states = dict(Job.objects.using(alias).filter(pk__in=ups).values_list("pk", "state"))
+    pending: dict[int, int] = {}
+    for up, down in edges:
+        if down in done and up in states and not JobState(states[up]).is_terminal:
+            pending[down] = pending.get(down, 0) + 1
+    for job_id, count in pending.items():
+        # due at the transaction's now(), as rearm_jobs: the release schedules a dependent whose run_at
+        # is past both its created_at and the release's now() (Django's Now() is the statement's time)
+        Job.objects.using(alias).filter(pk=job_id).update(
+            state=JobState.WAITING, pending=count, run_at=Func(template="now()", output_field=DateTimeField())
+        )
+    reopen_edges(alias, done)
 
 
 def _make_available(ids: list[int]) -> int:
@@ -200,3 +241,33 @@ def discard_jobs(ids: Iterable[int | str], *, skip_locked: bool = False) -> int:
         if running:
             notify(statements["notify_cancelled_jobs"], {"channel": CANCEL_CHANNEL, "ids": running})
     return int(deleted)
+
+
+def reopen_edges(alias: str, rearm: set[int]) -> None:
+    """The re-armed jobs' edges (retry_workflow's, or restart_from_step's one ended job) to
+    dependents that are not re-armed and still wait for others were consumed when those jobs
+    ended; each end to come consumes them again, so they count again in their dependents'
+    ``pending`` (else a dependent runs before its other upstreams end).
+
+    A waiting job with ``pending`` 0 is a durable job parked in a wait, not a dependent: its
+    upstreams' wait is over, and it is left alone. The dependents are locked FOR UPDATE (id order)
+    before their count changes, as ``Workflow.extending`` locks the jobs it joins."""
+    counts: dict[int, int] = {}
+    for down in JobEdge.objects.using(alias).filter(upstream_id__in=rearm).values_list("downstream_id", flat=True):
+        if down not in rearm:
+            counts[down] = counts.get(down, 0) + 1
+    if not counts:
+        return
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statements["lock_downstream_jobs"], {"ids": sorted(counts)})
+        waiting = {int(job_id) for job_id, state, _ in cursor.fetchall() if state == JobState.WAITING}
+    if not waiting:
+        return
+    ids = sorted(
+        Job.objects.using(alias)
+        .filter(pk__in=waiting, state=JobState.WAITING, pending__gt=0)
+        .values_list("pk", flat=True)
+    )
+    if ids:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statements["add_pending_edges"], {"ids": ids, "counts": [counts[i] for i in ids]})

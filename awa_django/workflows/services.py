@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from awa_django.defaults import MAX_ATTEMPTS_MAX
 from awa_django.models import EdgePolicy, Job, JobEdge, JobState
 from awa_django.services.db import database_alias, notify
-from awa_django.services.jobs import cancel_jobs
+from awa_django.services.jobs import cancel_jobs, reopen_edges
 from awa_django.sql import JOBS_CHANNEL, statements
 
 
@@ -101,33 +101,3 @@ def retry_workflow(workflow_id: int) -> int:
         if queues:
             notify(statements["notify_available_queues"], {"channel": JOBS_CHANNEL, "queues": queues})
     return len(rows)
-
-
-def reopen_edges(alias: str, rearm: set[int]) -> None:
-    """The re-armed jobs' edges (retry_workflow's, or restart_from_step's one ended job) to
-    dependents that are not re-armed and still wait for others were consumed when those jobs
-    ended; each end to come consumes them again, so they count again in their dependents'
-    ``pending`` (else a dependent runs before its other upstreams end).
-
-    A waiting job with ``pending`` 0 is a durable job parked in a wait, not a dependent: its
-    upstreams' wait is over, and it is left alone. The dependents are locked FOR UPDATE (id order)
-    before their count changes, as ``Workflow.extending`` locks the jobs it joins."""
-    counts: dict[int, int] = {}
-    for down in JobEdge.objects.using(alias).filter(upstream_id__in=rearm).values_list("downstream_id", flat=True):
-        if down not in rearm:
-            counts[down] = counts.get(down, 0) + 1
-    if not counts:
-        return
-    with connections[alias].cursor() as cursor:
-        cursor.execute(statements["lock_downstream_jobs"], {"ids": sorted(counts)})
-        waiting = {int(job_id) for job_id, state, _ in cursor.fetchall() if state == JobState.WAITING}
-    if not waiting:
-        return
-    ids = sorted(
-        Job.objects.using(alias)
-        .filter(pk__in=waiting, state=JobState.WAITING, pending__gt=0)
-        .values_list("pk", flat=True)
-    )
-    if ids:
-        with connections[alias].cursor() as cursor:
-            cursor.execute(statements["add_pending_edges"], {"ids": ids, "counts": [counts[i] for i in ids]})
