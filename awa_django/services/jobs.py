@@ -209,7 +209,8 @@ def _with_reason(reason: str) -> CombinedExpression:
 
     A job a worker is running gets its attempt's start and worker in the entry too, as a worker's
     own outcome does (finalize_jobs), so the attempt keeps them in the job's attempt history."""
-    error = Value(f"cancelled: {reason[:REASON_MAX_LENGTH]}")
+    # NUL cannot be stored in Postgres text (a DataError cancelled nothing), as the admin's form drops it
+    error = Value(f"cancelled: {reason.replace(chr(0), '')[:REASON_MAX_LENGTH]}")
     entry = Case(
         When(
             Q(state=JobState.RUNNING, attempted_by__isnull=False),

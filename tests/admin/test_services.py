@@ -246,3 +246,16 @@ def test_cancel_jobs__reaches_the_handler_of_a_running_job_through_its_worker() 
     assert job.result is None  # the handler's late return did not overwrite the cancelled row
     assert Job.objects.get(pk=other.pk).state == "scheduled"
     connection.close()
+
+
+@pytest.mark.django_db
+def test_cancel_jobs__a_reason_with_a_nul_character_still_cancels_and_is_recorded_without_it() -> None:
+    """A reason passed by code (from a form or an API, say) with a NUL failed the whole cancel with
+    a DataError (Postgres text cannot hold NUL); the admin's own form already dropped NUL."""
+    job = JobFactory(state="available")
+
+    assert cancel_jobs([job.pk], reason="by ops:\x00 stuck") == 1
+
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    assert [e["error"] for e in job.errors] == ["cancelled: by ops: stuck"]
