@@ -23,7 +23,7 @@ WITH ended AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
+           NULL, now(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
            run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE NOT keeps_key
@@ -35,7 +35,7 @@ WITH ended AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
+           NULL, now(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
            run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE keeps_key

@@ -9,9 +9,6 @@
 --   so it goes back into awa_job, completed (the deleted version was this statement's own, so the
 --   keys are free for it). Neither insert fires awa_job_move_finished's work (the hot one's WHEN is
 --   false for a row that keeps its key).
--- Finish time: statement_timestamp(), not now(): an atomic attempt's outcome is written in the
---   handler's own transaction, whose now() is its first query's time (minutes back for a long
---   handler): the history rollup would find it in a minute already final, with a run time of 0.
 -- Index: the primary key, one probe per id. The state guard is written `(j.state = 'running') IS TRUE`
 --   so the planner cannot prove the running-only partial indexes apply: their estimates count live
 --   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
@@ -34,7 +31,7 @@ WITH ended AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
+           NULL, now(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
            run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE NOT keeps_key
@@ -46,7 +43,7 @@ WITH ended AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
+           NULL, now(), created_at, errors, metadata, tags, progress, unique_key, unique_states,
            run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE keeps_key

@@ -10,9 +10,6 @@
 -- Storage (migration 0023): an outcome that waits again (retryable, scheduled) updates the hot row
 --   in place; a finished one deletes it from awa_job and inserts it into awa_job_done, whole, as
 --   complete_jobs does (and back into awa_job when the job keeps its unique key past its end).
--- Finish time: statement_timestamp(), not now(): an atomic attempt's outcome is written in the
---   handler's own transaction, whose now() is its first query's time (minutes back for a long
---   handler): the history rollup would find it in a minute already final, with a run time of 0.
 -- Index: the primary key, one probe per id. The state guard is written `(j.state = 'running') IS TRUE`
 --   so the planner cannot prove the running-only partial indexes apply: their estimates count live
 --   rows, but while an old snapshot holds vacuum back they hold an entry for every job that ever
@@ -72,7 +69,7 @@ WITH d AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, new_state, priority, attempt - refund, max_attempts, new_run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, new_errors, metadata, tags, new_progress, unique_key, unique_states,
+           NULL, now(), created_at, new_errors, metadata, tags, new_progress, unique_key, unique_states,
            run_lease, new_result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE NOT keeps_key
@@ -84,7 +81,7 @@ WITH d AS (
         run_lease, result, timeout, fair_key, pending, workflow_id, attempted_by
     )
     SELECT id, kind, queue, args, new_state, priority, attempt - refund, max_attempts, new_run_at, attempted_at, NULL,
-           NULL, statement_timestamp(), created_at, new_errors, metadata, tags, new_progress, unique_key, unique_states,
+           NULL, now(), created_at, new_errors, metadata, tags, new_progress, unique_key, unique_states,
            run_lease, new_result, timeout, fair_key, pending, workflow_id, attempted_by
     FROM ended
     WHERE keeps_key
