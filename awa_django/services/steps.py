@@ -36,10 +36,9 @@ from awa_django.defaults import MAX_ATTEMPTS_MAX
 from awa_django.exceptions import RestartError
 from awa_django.models import Job, JobStep
 from awa_django.services.db import database_alias, notify
-from awa_django.services.jobs import REASON_MAX_LENGTH
+from awa_django.services.jobs import REASON_MAX_LENGTH, reopen_edges
 from awa_django.sql import JOBS_CHANNEL, statements
 from awa_django.states import JobState
-from awa_django.workflows.services import reopen_edges
 
 RESTARTED = "restarted"  # the error entry's prefix: "restarted: from step …"
 SLEEPING, WAITING = "sleeping", "waiting"  # how a job is parked: awa_queue_parked_jobs' "parked" label
