@@ -163,8 +163,9 @@ class Executor:
         return None
 
     async def execute(self, job: ClaimedJob, context: JobContext, deadline: float | None) -> Outcome:
-        unreadable = [name for name in ("args", "metadata") if isinstance(getattr(job, name), UnreadableJson)]
-        if unreadable:  # written past enqueue's checks (SQL, another producer): every attempt would fail alike
+        if isinstance(job.args, UnreadableJson) or isinstance(job.metadata, UnreadableJson):
+            # Written past enqueue's checks (SQL, another producer): every attempt would fail alike.
+            unreadable = [name for name in ("args", "metadata") if isinstance(getattr(job, name), UnreadableJson)]
             return Outcome(
                 JobState.FAILED,
                 error=error_entry(

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
+from awa_django.sql import statements
 from awa_django.worker import JobContext
 from tests.harness import spawn_worker, terminate, wait_until
 
@@ -178,3 +179,14 @@ def other_backends(excluding: set[int] | frozenset[int] = frozenset()) -> int:
     the backends in ``excluding`` (sessions that were there before, such as a pooler's idle
     server connections kept from an earlier test)."""
     return len(backend_pids() - excluding)
+
+
+def rescue_running() -> list[int]:
+    """The maintenance leader's rescue, run now on every running job, as if each one's heartbeat had
+    gone stale: their leases are bumped, so their workers' late writes miss the guard. The
+    heartbeats are set a day back first, in the rescue's transaction (a worker's heartbeat waits for
+    it, then misses its guard): the rescue spares a job within its own live worker's staleness."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE awa_job SET heartbeat_at = now() - interval '1 day' WHERE state = 'running'")
+        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "1 hour", "limit": 100})
+        return [row[0] for row in cursor.fetchall()]

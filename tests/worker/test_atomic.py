@@ -13,20 +13,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from awa_django.exceptions import TerminalError
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry, RegistryError, job
 from awa_django.registry import registry as global_registry
 from awa_django.services.jobs import cancel_jobs
-from awa_django.sql import statements
 from awa_django.worker import JobContext
 from awa_django.worker.atomic import ATOMIC_ENTRY_KEY, RolledBackError
 from awa_django.workflows import Workflow
 from testproject.demo.models import Execution
 from tests.harness import make_config, running_worker, wait_until
-from tests.worker.support import wait_for_row
+from tests.worker.support import rescue_running, wait_for_row
 
 QUEUE = "atomic"
 
@@ -46,18 +45,6 @@ def _registry(*handlers: tuple[str, Callable[..., Any]], atomic: bool = True) ->
     for kind, func in handlers:
         registry.register(JobHandler(kind, func, queue=QUEUE, takes_context=True, atomic=atomic, max_attempts=3))
     return registry
-
-
-def _rescue_now() -> list[int]:
-    """The maintenance leader's rescue, run now on every running job (as if each one's heartbeat
-    had gone stale): their leases are bumped, so their workers' late writes miss the guard.
-    Their heartbeats are set a day back first, in the rescue's transaction (a worker's heartbeat
-    waits for it, then misses its guard): the rescue spares a job still within its own live
-    worker's staleness, whatever the leader's."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE awa_job SET heartbeat_at = now() - interval '1 day' WHERE state = 'running'")
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "1 hour", "limit": 100})
-        return [row[0] for row in cursor.fetchall()]
 
 
 # --- declaration -----------------------------------------------------------------------------
@@ -228,7 +215,7 @@ def test_atomic__lease_lost_to_a_rescue__no_writes_no_follow_up(
     worker = worker_for(_registry(("charge", handler)))
     job_id = Job.objects.enqueue("charge", {}, queue=QUEUE).id
     wait_until(lambda: reached, what="the first attempt to write")
-    assert _rescue_now() == [job_id]
+    assert rescue_running() == [job_id]
     gate.set()
     row = wait_for_row(job_id, state="completed")
     assert row.attempt == 2
@@ -336,7 +323,7 @@ def test_atomic__workflow_step_loses_its_lease__dependent_waits_then_runs_once(
     wf.enqueue()
     assert a.id is not None and b.id is not None
     wait_until(lambda: reached, what="the first step's first attempt")
-    assert _rescue_now() == [a.id]
+    assert rescue_running() == [a.id]
     gate.set()
     done = wait_for_row(b.id, state="completed")
     first_row = Job.objects.get(pk=a.id)
@@ -376,7 +363,7 @@ def test_durable__rescued_attempt_completes_a_step_before_the_next_reaches_it__n
     worker_for(_registry(("durable_overlap", handler), atomic=False))
     job_id = Job.objects.enqueue("durable_overlap", {}, queue=QUEUE).id
     wait_until(lambda: in_s2, what="the first attempt inside s2")
-    assert _rescue_now() == [job_id]
+    assert rescue_running() == [job_id]
     wait_until(lambda: Job.objects.get(pk=job_id).attempt == 2, what="the second attempt claimed")
     gate.set()  # the first attempt finishes s2 and records it
     wait_until(lambda: JobStep.objects.filter(job_id=job_id, name="s2").exists(), what="s2 recorded")

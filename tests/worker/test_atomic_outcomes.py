@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,11 +26,11 @@ from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.retry import policy
 from awa_django.services.jobs import cancel_jobs
-from awa_django.sql import statements
 from awa_django.worker import JobContext
 from awa_django.worker.config import QueueConfig
 from testproject.demo.models import Execution
 from tests.harness import make_config, running_worker, wait_until
+from tests.worker.support import rescue_running
 
 QUEUE = "atomic_props"
 KIND = "atomic_scripted"
@@ -89,17 +88,6 @@ def script() -> Iterator[Script]:
         value.open_all()
 
 
-def _rescue_running() -> list[int]:
-    """The leader's rescue, run now on every running job (as if their heartbeats were stale).
-    Their heartbeats are set a day back first, in the rescue's transaction (a worker's heartbeat
-    waits for it, then misses its guard): the rescue spares a job still within its own live
-    worker's staleness, whatever the leader's."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE awa_job SET heartbeat_at = now() - interval '1 day' WHERE state = 'running'")
-        cursor.execute(statements["rescue_stale_jobs"], {"staleness": "1 hour", "limit": 100})
-        return [row[0] for row in cursor.fetchall()]
-
-
 def _step(ids: dict[int, str], script: Script) -> bool:
     """One step of the example: cancel or rescue a job whose first attempt waits at its gate, then
     open the gate. True once every job has ended."""
@@ -111,7 +99,7 @@ def _step(ids: dict[int, str], script: Script) -> bool:
         if script.actions[job_id] == "cancel":
             assert cancel_jobs([job_id]) == 1
         else:
-            assert _rescue_running() == [job_id]  # one slot: only the waiting job runs
+            assert rescue_running() == [job_id]  # one slot: only the waiting job runs
         script.gate(job_id).set()
     return not Job.objects.filter(pk__in=list(ids)).exclude(state__in=FINAL).exists()
 

@@ -42,7 +42,15 @@ def effective(flag: Any) -> float | None:
     return min(flag, 3_155_760_000.0)
 
 
-def add_instance(flag: Any, seen_ago: int = 0) -> None:
+# Staleness settings in half seconds and ages in whole ones: a row's age is never equal to one.
+HALF_SECONDS = st.integers(min_value=1, max_value=300).map(lambda n: n + 0.5)
+AGES = st.integers(min_value=0, max_value=600)
+FLAGS = st.one_of(st.just(MISSING), FLAG_VALUES)
+
+
+def add_instance(flag: Any, seen_ago: int = 0, instance: uuid.UUID | None = None) -> None:
+    """A worker's snapshot row on HOST:PID, last seen ``seen_ago`` seconds back, its flags holding
+    ``flag`` as its heartbeat staleness (none: MISSING)."""
     flags: dict[str, Any] = {"capacity_scope": "process"}
     if flag is not MISSING:
         flags["heartbeat_staleness"] = flag
@@ -51,7 +59,7 @@ def add_instance(flag: Any, seen_ago: int = 0) -> None:
             "INSERT INTO awa_worker_instance (instance_id, hostname, pid, started_at, last_seen_at, mode,"
             " queues, flags) VALUES (%s, %s, %s, now(), now() - make_interval(secs => %s), 'hard_reserved',"
             " '{}', %s::jsonb)",
-            [str(uuid.uuid4()), HOST, PID, seen_ago, json.dumps(flags)],
+            [str(instance or uuid.uuid4()), HOST, PID, seen_ago, json.dumps(flags)],
         )
 
 
@@ -63,9 +71,9 @@ def add_instance(flag: Any, seen_ago: int = 0) -> None:
 @example(leader=1.5, age=5, flag=10.5, own_worker=True, deadline_passed=True)  # a deadline rescues anyway
 @example(leader=1.5, age=5, flag="30", own_worker=True, deadline_passed=False)  # malformed: the leader's
 @given(
-    leader=st.integers(min_value=1, max_value=300).map(lambda n: n + 0.5),
-    age=st.integers(min_value=0, max_value=600),
-    flag=st.one_of(st.just(MISSING), FLAG_VALUES),
+    leader=HALF_SECONDS,
+    age=AGES,
+    flag=FLAGS,
     own_worker=st.booleans(),
     deadline_passed=st.booleans(),
 )
@@ -95,9 +103,9 @@ def test_rescue__a_job_is_rescued_iff_past_the_leaders_staleness_and_its_own_rep
 @example(older_than=30.5, seen_ago=60, flag=120.5)  # within its own staleness: kept
 @example(older_than=30.5, seen_ago=60, flag=True)  # malformed: the leader's
 @given(
-    older_than=st.integers(min_value=1, max_value=300).map(lambda n: n + 0.5),
-    seen_ago=st.integers(min_value=0, max_value=600),
-    flag=st.one_of(st.just(MISSING), FLAG_VALUES),
+    older_than=HALF_SECONDS,
+    seen_ago=AGES,
+    flag=FLAGS,
 )
 def test_delete_stale_worker_instances__keeps_a_row_within_its_own_staleness(
     older_than: float, seen_ago: int, flag: Any
@@ -121,9 +129,9 @@ def test_delete_stale_worker_instances__keeps_a_row_within_its_own_staleness(
 @example(staleness=30.5, reported_ago=60, flag=120.5)  # within its own staleness: live, kept
 @example(staleness=30.5, reported_ago=60, flag="120")  # malformed: the leader's
 @given(
-    staleness=st.integers(min_value=1, max_value=300).map(lambda n: n + 0.5),
-    reported_ago=st.integers(min_value=0, max_value=600),
-    flag=st.one_of(st.just(MISSING), FLAG_VALUES),
+    staleness=HALF_SECONDS,
+    reported_ago=AGES,
+    flag=FLAGS,
 )
 def test_cluster_capacity__a_worker_is_live_and_kept_within_its_own_staleness_plus_the_margin(
     staleness: float, reported_ago: int, flag: Any
@@ -133,15 +141,8 @@ def test_cluster_capacity__a_worker_is_live_and_kept_within_its_own_staleness_pl
     margin = 0.25  # a quarter second: never equal to a whole-second age beside the half-second values
     instance = uuid.uuid4()
     with transaction.atomic():
-        flags: dict[str, Any] = {"capacity_scope": "cluster"}
-        if flag is not MISSING:
-            flags["heartbeat_staleness"] = flag
+        add_instance(flag, instance=instance)
         with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO awa_worker_instance (instance_id, hostname, pid, started_at, last_seen_at, mode,"
-                " queues, flags) VALUES (%s, %s, %s, now(), now(), 'weighted', '{}', %s::jsonb)",
-                [str(instance), HOST, PID, json.dumps(flags)],
-            )
             cursor.execute(
                 "INSERT INTO awa_worker_capacity (instance_id, use, applied, caps, read, floors, rates, reported_at)"
                 " VALUES (%s, '{}', '{}', '{}', '{}', '{}', '{}', now() - make_interval(secs => %s))",
