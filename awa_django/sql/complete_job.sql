@@ -45,6 +45,6 @@ WITH ended AS (
     UNION ALL
     SELECT id FROM kept
 ), released AS (
-    SELECT awa_release_jobs(array_agg(id), array_fill('completed'::text, ARRAY[count(*)::int])) AS n FROM done
+    SELECT CASE WHEN count(*) > 0 THEN awa_release_jobs(array_agg(id), array_fill('completed'::text, ARRAY[count(*)::int])) ELSE 0 END AS n FROM done
 )
 SELECT done.id FROM done, released

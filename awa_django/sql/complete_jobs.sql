@@ -17,6 +17,9 @@
 --   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
+--   A statement that ended no job does not call it (CASE on the count): the function's first probes
+--   read awa_job_edge and awa_job_waiter, and a rescue round that only made jobs retryable waited
+--   behind any lock on those tables (tests/worker/test_release_only_when_ended.py).
 WITH ended AS (
     DELETE FROM awa_job AS j
     USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
@@ -53,6 +56,6 @@ WITH ended AS (
     UNION ALL
     SELECT id FROM kept
 ), released AS (
-    SELECT awa_release_jobs(array_agg(id), array_fill('completed'::text, ARRAY[count(*)::int])) AS n FROM done
+    SELECT CASE WHEN count(*) > 0 THEN awa_release_jobs(array_agg(id), array_fill('completed'::text, ARRAY[count(*)::int])) ELSE 0 END AS n FROM done
 )
 SELECT done.id FROM done, released

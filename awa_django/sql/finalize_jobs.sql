@@ -18,6 +18,9 @@
 --   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
+--   A statement that ended no job does not call it (CASE on the count): the function's first probes
+--   read awa_job_edge and awa_job_waiter, and a rescue round that only made jobs retryable waited
+--   behind any lock on those tables (tests/worker/test_release_only_when_ended.py).
 WITH d AS (
     SELECT *
     FROM unnest(
@@ -93,7 +96,7 @@ WITH d AS (
     UNION ALL
     SELECT id, state FROM kept
 ), released AS (
-    SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n
+    SELECT CASE WHEN count(*) > 0 THEN awa_release_jobs(array_agg(id), array_agg(state::text)) ELSE 0 END AS n
     FROM done
     WHERE state IN ('completed', 'failed', 'cancelled')
 )

@@ -10,6 +10,9 @@
 --   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
+--   A statement that ended no job does not call it (CASE on the count): the function's first probes
+--   read awa_job_edge and awa_job_waiter, and a rescue round that only made jobs retryable waited
+--   behind any lock on those tables (tests/worker/test_release_only_when_ended.py).
 WITH done AS (
 UPDATE awa_job AS j
 SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
@@ -27,6 +30,6 @@ WHERE j.id = d.id
   AND j.run_lease = d.lease
 RETURNING j.id, j.state
 ), released AS (
-    SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n FROM done WHERE state = 'failed'
+    SELECT CASE WHEN count(*) > 0 THEN awa_release_jobs(array_agg(id), array_agg(state::text)) ELSE 0 END AS n FROM done WHERE state = 'failed'
 )
 SELECT done.id FROM done, released

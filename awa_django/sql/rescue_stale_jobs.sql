@@ -15,6 +15,9 @@
 --   this statement's transaction: it consumes their out-edges (workflow dependents) and tells their
 --   waiters. Only the write that moved a row out of running returns it, so a late write of a
 --   rescued attempt releases nothing and each job's edges are consumed exactly once.
+--   A statement that ended no job does not call it (CASE on the count): the function's first probes
+--   read awa_job_edge and awa_job_waiter, and a rescue round that only made jobs retryable waited
+--   behind any lock on those tables (tests/worker/test_release_only_when_ended.py).
 WITH stale AS (
     SELECT j.id
     FROM awa_job AS j
@@ -53,7 +56,7 @@ FROM stale
 WHERE j.id = stale.id
 RETURNING j.id, j.state, j.kind, j.queue, j.attempt, j.errors -> -1 ->> 'error' AS reason
 ), released AS (
-    SELECT awa_release_jobs(array_agg(id), array_agg(state::text)) AS n FROM rescued WHERE state = 'failed'
+    SELECT CASE WHEN count(*) > 0 THEN awa_release_jobs(array_agg(id), array_agg(state::text)) ELSE 0 END AS n FROM rescued WHERE state = 'failed'
 )
 SELECT rescued.id, rescued.state, rescued.kind, rescued.queue, rescued.attempt, rescued.reason
 FROM rescued, released
