@@ -484,18 +484,24 @@ class QueueRunner:
             self._bucket = None
             return
         now = time.monotonic()
-        if self._bucket is None:
-            self._bucket = TokenBucket(config.rate_limit, config.rate_burst, queue=config.name)
-        else:
-            self._bucket.reconfigure(config.rate_limit, config.rate_burst, now=now)
-        changed = before.rate_limit != config.rate_limit or before.rate_burst != config.rate_burst
-        if self._runners.capacity_scope == "cluster" and changed:
-            # The rate is the cluster's: until the leader's share of the new one arrives
-            # (set_rate_share, with the caps), no token. A bucket of the whole rate, full, in every
-            # worker let N workers start N times the burst at once. (At start nothing is claimed
-            # before the first caps, which bring the share with them.)
-            self._bucket.reconfigure(0.01, 1, now=now)
-            self._bucket.take(self._bucket.available(now), now)
+        rate, burst = config.rate_limit, config.rate_burst
+        if self._runners.capacity_scope == "cluster":
+            # The rate is the cluster's; this worker's bucket holds the part the leader gave it
+            # (set_rate_share, with the caps). A new rate, or a first one: no token until that
+            # part arrives (a bucket of the whole rate, full, in every worker let N workers start
+            # N times the burst at once). Another setting changed: the part in force stands (set
+            # to the whole rate again, each worker ran at it until the leader's next plan).
+            changed = before.rate_limit != config.rate_limit or before.rate_burst != config.rate_burst
+            if self._bucket is not None and not changed:
+                return
+            rate, burst = 0.01, 1
+        # Shaped before it is published: a reader in another thread (tests/worker/test_cluster_scope.py
+        # watches both workers' buckets) never sees a new bucket of the whole rate, full.
+        bucket = self._bucket or TokenBucket(rate, burst, queue=config.name)
+        bucket.reconfigure(rate, burst, now=now)
+        if self._runners.capacity_scope == "cluster":
+            bucket.take(bucket.available(now), now)
+        self._bucket = bucket
 
 
 class Runners(Mapping[str, QueueRunner]):

@@ -8,14 +8,19 @@ database (running rows, sampled every ~15 ms), never from the workers' own count
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 import time
 from typing import Any
 
 import pytest
+from django.db import connection
 
+from awa_django.concurrency.rate import TokenBucket
 from awa_django.models import ClusterSettings, Queue, WorkerCapacity
-from tests.harness import wait_until
+from awa_django.worker import QueueConfig
+from tests.harness import make_config, running_worker, wait_until
 from tests.weighted.support import Sampler, between, contended, time_weighted_mean
 from tests.worker.support import Spawner
 
@@ -207,24 +212,59 @@ def test_cluster__the_in_process_fairness_edges_hold_across_processes(spawn: Spa
 def test_cluster__the_workers_rate_buckets_hold_the_queue_s_burst_together_not_more() -> None:
     # 5 jobs/s, burst 0 (so 5 at once), shared by two workers whose caps split evenly: each got
     # 2.5/s and rounded its burst up to 3, so the two started 6 jobs at once where 5 are allowed.
-    import contextlib
-
-    from awa_django.worker import QueueConfig
-    from tests.harness import make_config, running_worker
-
     Queue.objects.create(name="R", max_workers=40, rate_limit=5.0)
     config = make_config({"R": QueueConfig("R", max_workers=40, rate_limit=5.0)}, capacity_scope="cluster")
     with contextlib.ExitStack() as stack:
         workers = [stack.enter_context(running_worker(config)) for _ in range(2)]
-        wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, what="2 planned")
-
-        def buckets() -> list[Any]:
-            return [w.runners["R"]._bucket for w in workers]
-
-        wait_until(lambda: all(b is not None and b.max_rate < 5.0 for b in buckets()), what="each worker's share")
-        shares = buckets()
+        # Each starts with no token (0.01/s: the rate is the cluster's) until its part arrives.
+        wait_until(lambda: all(bucket(w).max_rate > 0.01 for w in workers), what="each worker's share")
+        shares = [bucket(w) for w in workers]
     assert sum(b.max_rate for b in shares) == pytest.approx(5.0)
     assert sum(b.burst for b in shares) == 5, shares
+
+
+class BucketWatch:
+    """Every (sum of rates, sum of whole tokens) the runners of queue R in ``workers`` show,
+    sampled from a thread of its own until the block ends."""
+
+    def __init__(self, workers: list[Any]) -> None:
+        self.workers = workers
+        self.seen: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            live = [b for w in self.workers if (b := w.runners["R"]._bucket) is not None]
+            if live:
+                now = time.monotonic()
+                self.seen.append((sum(b.max_rate for b in live), sum(b.available(now) for b in live)))
+            time.sleep(0.002)
+
+    def __enter__(self) -> BucketWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
+def database_now() -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def bucket(worker: Any) -> TokenBucket:
+    """Queue R's rate bucket in ``worker`` (R has a rate limit from the worker's start)."""
+    found = worker.runners["R"]._bucket
+    assert found is not None
+    return found
+
+
+def each_worker_holds(workers: list[Any], rate: float) -> bool:
+    return all((b := w.runners["R"]._bucket) is not None and b.max_rate == pytest.approx(rate) for w in workers)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -232,39 +272,39 @@ def test_cluster__a_rate_limit_set_live_holds_for_the_workers_together_from_its_
     # A rate limit set on a served queue while two workers run: each made a bucket of the whole
     # cluster rate, full, and kept it until the leader's next plan reached it, so the two could
     # start twice the burst at once.
-    import contextlib
-    import threading
-
-    from awa_django.worker import QueueConfig
-    from tests.harness import make_config, running_worker
-
     Queue.objects.create(name="R", max_workers=40)
     config = make_config({"R": QueueConfig("R", max_workers=40)}, capacity_scope="cluster")
-    seen: list[tuple[float, float]] = []
     with contextlib.ExitStack() as stack:
         workers = [stack.enter_context(running_worker(config)) for _ in range(2)]
         wait_until(lambda: WorkerCapacity.objects.filter(planned_at__isnull=False).count() == 2, what="2 planned")
-        done = threading.Event()
+        with BucketWatch(workers) as watch:
+            Queue.objects.filter(name="R").update(rate_limit=2.0)
+            wait_until(lambda: each_worker_holds(workers, 1.0), what="each worker's share of 2/s")
+    assert watch.seen
+    assert max(rate for rate, _ in watch.seen) <= 2.0 + 1e-9, max(watch.seen)
+    assert max(tokens for _, tokens in watch.seen) <= 2, max(watch.seen, key=lambda s: s[1])
 
-        def watch() -> None:  # every bucket state the two workers show, until both hold their share
-            while not done.is_set():
-                buckets = [w.runners["R"]._bucket for w in workers]
-                if any(b is not None for b in buckets):
-                    live = [b for b in buckets if b is not None]
-                    seen.append((sum(b.max_rate for b in live), sum(b.available(time.monotonic()) for b in live)))
-                time.sleep(0.002)
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        Queue.objects.filter(name="R").update(rate_limit=2.0)
-        wait_until(
-            lambda: all(
-                (b := w.runners["R"]._bucket) is not None and b.max_rate == pytest.approx(1.0) for w in workers
-            ),
-            what="each worker's share of 2/s",
-        )
-        done.set()
-        watcher.join(5)
-    assert seen
-    assert max(rate for rate, _ in seen) <= 2.0 + 1e-9, max(seen)
-    assert max(tokens for _, tokens in seen) <= 2, max(seen, key=lambda s: s[1])
+@pytest.mark.django_db(transaction=True)
+def test_cluster__another_setting_changed_live__each_worker_keeps_its_part_of_the_rate() -> None:
+    # A rate-limited queue's max_workers changed while two workers run: each took its bucket back
+    # to the whole cluster rate, and ran at it until the leader's next plan.
+    Queue.objects.create(name="R", max_workers=40, rate_limit=2.0)
+    config = make_config({"R": QueueConfig("R", max_workers=40, rate_limit=2.0)}, capacity_scope="cluster")
+    with contextlib.ExitStack() as stack:
+        workers = [stack.enter_context(running_worker(config)) for _ in range(2)]
+        wait_until(lambda: each_worker_holds(workers, 1.0), what="each worker's share of 2/s")
+        with BucketWatch(workers) as watch:
+            changed_at = database_now()
+            Queue.objects.filter(name="R").update(max_workers=30)
+            wait_until(
+                lambda: all(w.runners["R"].config.max_workers == 30 for w in workers), what="both on the new setting"
+            )
+            # Past the leader's next plan too: a bucket set to the whole rate lasted until then.
+            wait_until(
+                lambda: WorkerCapacity.objects.filter(planned_at__gt=changed_at).count() == 2,
+                what="a plan after the change",
+            )
+    assert watch.seen
+    assert max(rate for rate, _ in watch.seen) == pytest.approx(2.0), max(watch.seen)
+    assert max(tokens for _, tokens in watch.seen) <= 2, max(watch.seen, key=lambda s: s[1])
