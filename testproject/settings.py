@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -98,6 +99,15 @@ USE_I18N = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# The demo's emails (send_welcome) are printed by the worker, not sent: there is no mail server
+# here. Django 6.1 configures mail with MAILERS (and warns when it is missing); before, EMAIL_BACKEND.
+# The test runner swaps either for its in-memory outbox.
+_CONSOLE_MAIL = "django.core.mail.backends.console.EmailBackend"
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": _CONSOLE_MAIL}}
+else:
+    EMAIL_BACKEND = _CONSOLE_MAIL
 
 AWA: dict[str, object] = {}
 
