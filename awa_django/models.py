@@ -74,6 +74,36 @@ class JobJSONField(models.JSONField):
         return name, "django.db.models.JSONField", args, kwargs
 
 
+# Python's timedelta holds at most 999,999,999 days; Postgres's interval up to 178 million years.
+# A duration column read past this bound is read as the bound, with its sign (ReadableDurationField).
+READABLE_DURATION_DAYS = 900_000_000
+
+
+class ReadableDurationField(models.DurationField):  # type: ignore[type-arg]
+    """A duration column any row of which loads. Our writes are bounded (@job(timeout=) and the
+    Queue form take at most a century, conf.SECONDS_MAX), but SQL or another producer may write an interval past
+    what a timedelta holds (some 2.7 million years), and the driver then refused the whole row: the
+    job's page, the job list and the Queue admin answered 500. Such a value is read as
+    ``READABLE_DURATION_DAYS`` days (2.46 million years) with its sign; the worker reads these
+    columns in SQL with its own caps (claim_jobs.sql, read_queues.sql). The bound is below the
+    timedelta's by more than what the two count differently in a year (Postgres 365.25 days in
+    ``extract(epoch ...)``, the driver 365 when it parses years), so a value under it always loads.
+    Migrations see a plain DurationField: the column is the same."""
+
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = super().select_format(compiler, sql, params)
+        bound = READABLE_DURATION_DAYS * 86400
+        return (
+            f"(CASE WHEN abs(extract(epoch FROM {sql})) <= {bound} THEN {sql} "
+            f"ELSE sign(extract(epoch FROM {sql})) * interval '{READABLE_DURATION_DAYS} days' END)",
+            (*params, *params, *params, *params),
+        )
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.DurationField", args, kwargs
+
+
 class Job(models.Model):
     """One job. The state machine is in docs/design.md; the hot-path indexes are partial on state."""
 
@@ -103,7 +133,7 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = not unique
     unique_states = ArrayField(models.CharField(max_length=16), null=True, blank=True)
     run_lease = models.BigIntegerField(default=0)
-    timeout = models.DurationField(
+    timeout = ReadableDurationField(
         null=True, blank=True, help_text="the kind's @job(timeout=): the attempt's deadline instead of the queue's"
     )
     fair_key = models.CharField(
@@ -277,12 +307,12 @@ class Queue(models.Model):
         default=RATE_BURST_DEFAULT, help_text="Token-bucket burst; 0 means ceil(rate_limit)."
     )
     paused = models.BooleanField(default=False)
-    deadline = models.DurationField(
+    deadline = ReadableDurationField(
         null=True,
         blank=True,
         help_text="A running job of this queue is rescued after this long; empty = none.",
     )
-    priority_aging = models.DurationField(
+    priority_aging = ReadableDurationField(
         null=True,
         blank=True,
         help_text="An available job waiting this long moves up one priority level; empty = never.",
