@@ -65,6 +65,10 @@ FAIR_KEYS_TOP_DEFAULT: Final = 10  # keys per queue awa_health and the metrics n
 HISTORY_WINDOW_MINUTES: Final = 24 * 60  # minutes of history kept; older minutes are deleted
 HISTORY_TOP: Final = 50  # kinds (and queues) with a row of their own per minute; the rest share name ""
 HISTORY_GRACE: Final = 30.0  # seconds after a minute ends before the rollup treats it as final
+# Seconds an open transaction holds the rollup's minutes open, at most (worker/history.py): a job
+# finished by a transaction open longer is not counted. Below HISTORY_CATCH_UP_MINUTES, so a round
+# held open still reaches the current minute.
+HISTORY_OPEN_TRANSACTION_MAX: Final = 30 * 60.0
 HISTORY_CATCH_UP_MINUTES: Final = 60  # minutes one rollup round reads at most (a leader catching up)
 HISTORY_EVERY: Final = 10.0  # seconds between the maintenance leader's rollup rounds, at least ...
 HISTORY_COST_FACTOR: Final = 20.0  # ... and this many times the last round's duration (a busy minute is re-read)

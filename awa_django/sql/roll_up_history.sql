@@ -4,6 +4,14 @@
 -- minute only the `top` busiest kinds (and queues) keep their own row; the rest are summed under
 -- the name '' (no kind or queue has an empty name), so no kind count can grow the table unbounded.
 -- Parameters: start, stop (timestamptz, whole minutes), top (int).
+-- Which minutes: from the watermark (awa_history_mark.closed_through) to the current one, every
+-- round, until they are final. A job is stamped finalized_at with its finalising transaction's
+-- now(), its start, and is read only once that transaction commits: a minute is final once it
+-- ended HISTORY_GRACE seconds ago and no transaction open at read_open_transactions (run before
+-- this statement in the round) started in it or before, but those open longer than
+-- HISTORY_OPEN_TRANSACTION_MAX (worker/history.py, the close rule). So a job committed by a long
+-- transaction (an atomic handler, a release cancelling dependents) is still in an open minute,
+-- and is counted once, by the first round after its commit.
 -- Index: awa_job_all's arms each by finish time, a range over the round's minutes only: the hot
 -- table's finished leftovers through awa_job_finalized_idx (state, finalized_at) WHERE finished,
 -- awa_job_done through awa_job_done_finalized_id_idx in each partition the range does not prune

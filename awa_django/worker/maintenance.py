@@ -37,7 +37,7 @@ from awa_django.worker.capacity import ClusterLeader
 from awa_django.worker.db import TRANSIENT_ERRORS, Backoff, connect
 from awa_django.worker.duty import Duty
 from awa_django.worker.election import LEADER_LOCK, Election, election_for
-from awa_django.worker.history import roll_up_history
+from awa_django.worker.history import OpenTransactionLog, roll_up_history
 from awa_django.worker.retention import prune, retention
 from awa_django.worker.runtime import Runtime
 from awa_django.worker.scheduler import Scheduler
@@ -70,6 +70,7 @@ class Maintenance:
         self.storage_turn = asyncio.Lock()
         self.retention = Duty("retention", runtime, self._sweep, leading=self._leading, period=RETENTION_EVERY)
         self.history = Duty("history", runtime, self._roll_up, leading=self._leading, period=defaults.HISTORY_EVERY)
+        self.open_transactions = OpenTransactionLog()  # a stuck session is logged once, not every round
         self.cluster = ClusterLeader(runtime)
         self.scheduler = Scheduler(runtime.registry)
         self._next_fire: float | None = None  # time.monotonic() at which a schedule is next due
@@ -233,6 +234,7 @@ class Maintenance:
         async with self.storage_turn:
             started = time.monotonic()
             bounds = await roll_up_history(conn)
+        self.open_transactions.note(bounds)
         if bounds.catching_up:
             return 0.0
         return max(defaults.HISTORY_EVERY, defaults.HISTORY_COST_FACTOR * (time.monotonic() - started))

@@ -216,8 +216,9 @@ def test_rollup__a_minute_once_final_is_not_recomputed_an_open_one_is() -> None:
     late_in_final = finished("a", "q", "completed", open_minute - MINUTE + timedelta(seconds=1))
     in_open = finished("a", "q", "completed", open_minute + timedelta(seconds=1))
     run_round(NOW + timedelta(seconds=5))
-    # The final minute stays as it was written: a finalising transaction that commits past the
-    # grace is not counted (worker/history.py says so); the open minute is recomputed.
+    # The final minute stays as it was written (no transaction was open when it closed: a job
+    # written into it afterwards, as the factory does here, is not read again); the open minute
+    # is recomputed.
     assert Job.objects.filter(pk=late_in_final.pk).exists()
     assert_same(stored_rows(), expected_rows([in_open]))
 
@@ -288,6 +289,84 @@ def test_rollup_bounds__inside_the_window_never_backwards_final_minutes_only(
     assert bounds.closed_through <= max(final_before, bounds.start)  # only minutes past the grace are final
     if closed is not None and closed >= bounds.expired:
         assert bounds.closed_through >= min(closed, current)  # the watermark never moves back
+
+
+@given(mark=st.none() | minutes, now=minutes, seconds=st.integers(0, 59), open_for=st.integers(0, 3 * 3600))
+def test_rollup_bounds__an_open_transaction_holds_its_start_minute_open_up_to_the_bound(
+    mark: int | None, now: int, seconds: int, open_for: int
+) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = base + timedelta(minutes=now, seconds=seconds)
+    closed = None if mark is None else base + timedelta(minutes=mark)
+    since = clock - timedelta(seconds=open_for)
+    bounds = rollup_bounds(closed, clock, open_since=since)
+    plain = rollup_bounds(closed, clock)
+    assert (bounds.start, bounds.stop, bounds.expired, bounds.catching_up) == (
+        plain.start,
+        plain.stop,
+        plain.expired,
+        plain.catching_up,
+    )
+    assert bounds.closed_through <= plain.closed_through
+    if open_for <= defaults.HISTORY_OPEN_TRANSACTION_MAX:
+        # Its jobs are stamped `since`: that minute is not final (unless it already was).
+        assert bounds.closed_through <= max(since, bounds.start)
+    else:  # passed over: the watermark moves on as if it were not open
+        assert bounds.closed_through == plain.closed_through
+    # However old, it never holds the watermark further back than the bound.
+    floor = (clock - timedelta(seconds=defaults.HISTORY_OPEN_TRANSACTION_MAX)).replace(second=0, microsecond=0)
+    assert bounds.closed_through >= min(plain.closed_through, max(floor, bounds.start))
+
+
+transactions = st.lists(
+    # (start, open for) in seconds: a finalising transaction stamps its jobs with its start and
+    # commits them when it ends; some run longer than the bound.
+    st.tuples(st.integers(0, 45 * 60), st.integers(0, 40 * 60)),
+    max_size=8,
+)
+
+
+@given(txs=transactions, step=st.integers(5, 200))
+def test_rollup_bounds__every_finished_job_counted_exactly_once_whatever_its_transactions_length(
+    txs: list[tuple[int, int]], step: int
+) -> None:
+    """A model of the rounds over time, through the real rollup_bounds: each round replaces its
+    minutes by the jobs committed before it, and sees the transactions open at that moment (the
+    oldest within HISTORY_OPEN_TRANSACTION_MAX: read_open_transactions). Once every transaction
+    ended, each minute counts every job stamped in it by a transaction open for at most the
+    bound, and a job of a longer one at most once; the watermark never lags the clock by more
+    than the bound."""
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    bound = defaults.HISTORY_OPEN_TRANSACTION_MAX
+    jobs = [(base + timedelta(seconds=s), base + timedelta(seconds=s + d), d <= bound) for s, d in txs]
+    history: dict[datetime, int] = {}
+    closed: datetime | None = base
+    clock = base
+    last_commit = max((commit for _, commit, _ in jobs), default=base)
+    while True:
+        open_starts = [s for s, commit, _ in jobs if s <= clock < commit]
+        holding = [s for s in open_starts if s >= clock - timedelta(seconds=bound)]
+        bounds = rollup_bounds(closed, clock, open_since=min(holding, default=None))
+        minute = bounds.start
+        while minute < bounds.stop:
+            history[minute] = sum(
+                1 for s, commit, _ in jobs if commit <= clock and s.replace(second=0, microsecond=0) == minute
+            )
+            minute += MINUTE
+        closed = bounds.closed_through
+        if not bounds.catching_up:
+            floor = (clock - timedelta(seconds=bound)).replace(second=0, microsecond=0)
+            assert closed >= max(floor, base), "an old transaction held the history back past the bound"
+        if clock > last_commit + 2 * MINUTE and not bounds.catching_up:
+            break
+        clock += timedelta(seconds=step)
+    per_minute: dict[datetime, tuple[int, int]] = defaultdict(lambda: (0, 0))
+    for s, _, short in jobs:
+        exact, at_most = per_minute[s.replace(second=0, microsecond=0)]
+        per_minute[s.replace(second=0, microsecond=0)] = (exact + short, at_most + (not short))
+    for minute, (exact, at_most) in per_minute.items():
+        assert exact <= history.get(minute, 0) <= exact + at_most, (minute, history.get(minute, 0), exact, at_most)
+    assert all(minute in per_minute for minute, n in history.items() if n)
 
 
 @given(mark=st.none() | minutes, now=minutes, step=st.integers(1, 200))
@@ -370,3 +449,11 @@ def test_rollup__a_new_leaders_catch_up__reads_each_finished_job_once() -> None:
     assert len(rounds) == 4  # an hour a round, and the last one up to the current minute
     assert read == len(gap)
     assert_same(stored_rows(), expected_rows(gap))
+
+
+def test_history_open_transaction_max__below_the_catch_up__a_held_round_reaches_the_current_minute() -> None:
+    """A round starts at the watermark, which an open transaction holds at most the bound back: the
+    round's range (at most HISTORY_CATCH_UP_MINUTES) must reach the current minute from there, or
+    the duty would repeat a round that never catches up."""
+    held_minutes = math.ceil(defaults.HISTORY_OPEN_TRANSACTION_MAX / 60) + 1  # the minute it began in, too
+    assert held_minutes < defaults.HISTORY_CATCH_UP_MINUTES
