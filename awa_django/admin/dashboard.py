@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from awa_django import defaults
 from awa_django.admin.charts import Chart, build_chart
 from awa_django.admin.helpers import COUNT_LIMIT
 from awa_django.admin.live import live_json
@@ -137,8 +138,9 @@ def dashboard_context() -> dict[str, Any]:
 
 
 def history_note(flow: Throughput) -> str | None:
-    """What the page says when the chart's minutes are not all counted: the rollup never ran, or
-    its watermark stopped (both mean no maintenance leader is running); None when it keeps up."""
+    """What the page says when the chart's minutes are not all counted: the rollup never ran (no
+    maintenance leader is running), or its watermark stopped (no leader, or a transaction open
+    since then, which holds the minutes open: worker/history.py); None when it keeps up."""
     mark = flow.closed_through
     if mark is None:
         return (
@@ -147,8 +149,10 @@ def history_note(flow: Throughput) -> str | None:
         )
     if flow.behind:
         since = timezone.localtime(mark).strftime("%H:%M")
+        held = round(defaults.HISTORY_OPEN_TRANSACTION_MAX / 60)
         return (
-            f"The history rollup has not closed a minute since {since} (is a maintenance leader running?): "
+            f"The history rollup has not closed a minute since {since} (is a maintenance leader running? "
+            f"A transaction open since then, for up to {held} minutes, also keeps them open): "
             "the minutes after it show what its last round saw."
         )
     return None

@@ -243,7 +243,9 @@ class Throughput:
         return self.closed_through is not None and self.live_from is not None and self.closed_through < self.live_from
 
 
-LIVE_MINUTES = 2  # minutes read from awa_job: the rollup's watermark trails the clock by its grace
+# Minutes read from awa_job: the rollup's watermark trails the clock by its grace (more while a
+# transaction holds minutes open: those minutes are what its last round wrote).
+LIVE_MINUTES = 2
 
 
 def throughput(minutes: int = 60, now: datetime | None = None) -> Throughput:
