@@ -67,8 +67,11 @@ HISTORY_TOP: Final = 50  # kinds (and queues) with a row of their own per minute
 HISTORY_GRACE: Final = 30.0  # seconds after a minute ends before the rollup treats it as final
 # Seconds an open transaction holds the rollup's minutes open, at most (worker/history.py): a job
 # finished by a transaction open longer is not counted. Below HISTORY_CATCH_UP_MINUTES, so a round
-# held open still reaches the current minute.
-HISTORY_OPEN_TRANSACTION_MAX: Final = 30 * 60.0
+# held open still reaches the current minute. Ten minutes: while a transaction holds them, each
+# round re-reads every minute since its start, and a Python script's psycopg connection (not in
+# autocommit) sits idle in a transaction between its statements; an atomic handler should end
+# well within it (docs/guide/exactly-once.md, "Keep atomic handlers short").
+HISTORY_OPEN_TRANSACTION_MAX: Final = 10 * 60.0
 HISTORY_CATCH_UP_MINUTES: Final = 60  # minutes one rollup round reads at most (a leader catching up)
 HISTORY_EVERY: Final = 10.0  # seconds between the maintenance leader's rollup rounds, at least ...
 HISTORY_COST_FACTOR: Final = 20.0  # ... and this many times the last round's duration (a busy minute is re-read)

@@ -122,6 +122,6 @@ def test_dashboard__says_when_the_rollup_stopped() -> None:
     client = client_for(User.objects.create_superuser("root", password=None))
     html = client.get(reverse("admin:awa_dashboard")).content.decode()
     assert "The history rollup has not closed a minute since" in html
-    assert "A transaction open since then, for up to 30 minutes, also keeps them open" in html  # worker/history.py
+    assert "A transaction open since then, for up to 10 minutes, also keeps them open" in html  # worker/history.py
     data = client.get(reverse("admin:awa_dashboard_data")).json()
     assert data["last_hour"]["completed"] == 1  # rolled up before the rollup stopped
