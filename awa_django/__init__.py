@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from awa_django.context import JobContext
+    from awa_django.deadlocks import UniqueJobDeadlockError
     from awa_django.exceptions import (
         AwaError,
         Cancel,
@@ -43,6 +44,7 @@ _PUBLIC = {
     "Snooze": "awa_django.exceptions",
     "TerminalError": "awa_django.exceptions",
     "UniqueJobConflictError": "awa_django.exceptions",
+    "UniqueJobDeadlockError": "awa_django.deadlocks",
     "WaitTimeout": "awa_django.exceptions",
     "JobContext": "awa_django.context",
     "JobHandler": "awa_django.registry",
@@ -66,6 +68,7 @@ __all__ = [
     "Snooze",
     "TerminalError",
     "UniqueJobConflictError",
+    "UniqueJobDeadlockError",
     "WaitTimeout",
     "job",
     "schedule",

@@ -12,7 +12,11 @@ from awa_django.validation import brief
 
 
 class AwaError(Exception):
-    """Base class of every awa_django error."""
+    """Base class of every awa_django error.
+
+    All are defined here but one: ``UniqueJobDeadlockError`` (``awa_django.deadlocks``, also
+    ``awa_django.UniqueJobDeadlockError``) is a ``django.db.OperationalError`` too, and this
+    module imports no Django (the concurrency package raises its errors where Django cannot load)."""
 
 
 # --- enqueue -----------------------------------------------------------------------

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, connections, models, transaction
+from django.db import IntegrityError, OperationalError, connections, models, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from awa_django.arguments import ArgsCheck
 from awa_django.conf import awa_settings
 from awa_django.dbparams import execute_prepared
+from awa_django.deadlocks import unique_deadlock
 from awa_django.defaults import (
     FAIR_KEY_DEFAULT,
     MAX_ATTEMPTS_DEFAULT,
@@ -148,6 +150,7 @@ class _Bulk:
         self.available_queues: set[str] = set()  # the queues end_copy_jobs NOTIFYs
         self._frames: dict[tuple[str, str, int, int], tuple[str, str]] = {}  # a plain line around its args
         self._indexed: set[str] = set()  # unique keys of this call that the partial unique index covers
+        self.keyed: list[tuple[str, int]] = []  # (unique key, line) of each row the unique index takes
         self._kinds_ok: set[str] = set()
         self._last_kind: object = _UNSEEN  # the previous short-path spec's kind and queue
         self._last_queue: object = _UNSEEN
@@ -269,8 +272,25 @@ class _Bulk:
                 if row.unique_key in self._indexed:
                     raise UniqueJobConflictError(row.kind, [], row.unique_key, spec_index=index)
                 self._indexed.add(row.unique_key)
+                self.keyed.append((row.unique_key, len(self.lines)))
             self.unique_keys[row.unique_key] = (state, row.unique_states)
         self.lines.append(self.copy.row_line(row, state, timeout=_copy_interval(defaults.timeout)))
+
+    def key_order(self) -> list[int] | None:
+        """The order to write the lines in so that the unique index takes this call's keys in key
+        order, or None when the lines already come in it (a call with fewer than two such keys).
+
+        Only the keyed rows move, among the positions keyed rows hold: the smallest key's row goes
+        to the first of them, and so on. Two calls that take overlapping keys in one order never
+        wait for each other in a cycle: whichever waits, waits at a key the other already holds,
+        and holds every smaller key of its own (docs/guide/jobs.md, unique jobs)."""
+        keys = [key for key, _ in self.keyed]
+        if all(a < b for a, b in pairwise(keys)):
+            return None
+        order = list(range(len(self.lines)))
+        for (_, slot), (_, line) in zip(self.keyed, sorted(self.keyed), strict=True):
+            order[slot] = line
+        return order
 
     def _kind_defaults(self, kind: str) -> KindDefaults:
         defaults = self.kinds.get(kind)
@@ -435,7 +455,13 @@ class JobManager(models.Manager[_Job]):
             "fair_key": key,
             "head_start": head_start,
         }
-        inserted = execute_prepared(alias, statements["insert_job"], params)
+        try:
+            inserted = execute_prepared(alias, statements["insert_job"], params)
+        except OperationalError as exc:
+            deadlock = unique_deadlock(exc, [] if row.unique_key is None else [row.unique_key], kind=row.kind)
+            if deadlock is None:
+                raise
+            raise deadlock from exc.__cause__  # the cause stays psycopg's DeadlockDetected
         if inserted is None:
             assert row.unique_key is not None
             with connections[alias].cursor() as cursor:
@@ -516,6 +542,12 @@ class JobManager(models.Manager[_Job]):
         bad spec raises InvalidJobError (naming its index) before anything is written. A unique
         spec that collides with an existing job or with another spec in the call raises
         UniqueJobConflictError and nothing of the call is kept.
+
+        The unique rows are written in the order of their keys, whatever the order of ``specs``,
+        so two calls with overlapping unique keys never deadlock each other: the later one waits
+        for the earlier to end, then conflicts (it committed) or goes on (it rolled back). Job ids
+        still follow the order of ``specs``. A deadlock with another transaction's single enqueues
+        raises UniqueJobDeadlockError.
         """
         now = timezone.now()
         bulk = _Bulk(now)
@@ -536,9 +568,17 @@ class JobManager(models.Manager[_Job]):
                 # The insert trigger would NOTIFY once per row: between these two, it is off and
                 # end_copy_jobs NOTIFYs each queue once (migration 0009).
                 cursor.execute(statements["begin_copy_jobs"])
-                for start in range(0, len(rows), COPY_BATCH_SIZE):
-                    with raw.copy(statements["copy_jobs"]) as copy:
-                        copy.write("".join(rows[start : start + COPY_BATCH_SIZE]))
+                order = bulk.key_order()
+                if order is None:
+                    for start in range(0, len(rows), COPY_BATCH_SIZE):
+                        with raw.copy(statements["copy_jobs"]) as copy:
+                            copy.write("".join(rows[start : start + COPY_BATCH_SIZE]))
+                else:  # the rows in key order, each with the id of its place in specs
+                    cursor.execute(statements["next_job_ids"], {"count": len(rows)})
+                    ids = [str(job_id) for (job_id,) in cursor.fetchall()]
+                    for start in range(0, len(order), COPY_BATCH_SIZE):
+                        with raw.copy(statements["copy_jobs_with_ids"]) as copy:
+                            copy.write("".join(f"{ids[i]}\t{rows[i]}" for i in order[start : start + COPY_BATCH_SIZE]))
                 cursor.execute(
                     statements["end_copy_jobs"], {"channel": JOBS_CHANNEL, "queues": sorted(bulk.available_queues)}
                 )
@@ -551,6 +591,11 @@ class JobManager(models.Manager[_Job]):
                 kind = found[0][1] if found else "?"
                 raise UniqueJobConflictError(kind, [r[0] for r in found], found[0][2] if found else "") from None
             raise
+        except OperationalError as exc:
+            deadlock = unique_deadlock(exc, (key for key, _ in bulk.keyed))
+            if deadlock is None:
+                raise
+            raise deadlock from exc.__cause__
         from awa_django.inline import after_enqueue_many  # not at import, as in enqueue
 
         after_enqueue_many(alias, now, len(rows))  # AWA["EXECUTION"] = "immediate": run them once this commits
