@@ -22,6 +22,7 @@ from psycopg.errors import DeadlockDetected
 from awa_django import UniqueJobDeadlockError
 from awa_django.exceptions import UniqueJobConflictError
 from awa_django.models import Job
+from awa_django.workflows import Workflow
 from tests.harness import wait_until
 
 KEYS = [f"k{n}" for n in range(6)]
@@ -93,13 +94,35 @@ def is_deadlock(error: BaseException | None) -> bool:
     )
 
 
-# --- enqueue_many against enqueue_many: never a deadlock -------------------------------------
+# --- bulk against bulk (enqueue_many, a workflow): never a deadlock ----------------------------
 
 
-def bulk_race(observer: psycopg.Connection[Any], first: list[str], second: list[str], held: str) -> list[Session]:
+def in_bulk(keys: list[str]) -> None:
+    Job.objects.enqueue_many([unique_spec(key, place) for place, key in enumerate(keys)])
+
+
+def in_a_workflow(keys: list[str]) -> None:
+    """The keys as the steps of one workflow, none after another: their ids follow the steps' order."""
+    wf = Workflow("keys")
+    for place, key in enumerate(keys):
+        wf.add("noop", {"key": key}, unique=True, metadata={"place": place})
+    wf.enqueue()
+
+
+BULK_WAYS = pytest.mark.parametrize("bulk", [in_bulk, in_a_workflow], ids=["enqueue_many", "workflow"])
+
+
+def bulk_race(
+    observer: psycopg.Connection[Any],
+    first: list[str],
+    second: list[str],
+    held: str,
+    bulk: Callable[[list[str]], None] = in_bulk,
+) -> list[Session]:
     """A third session holds ``held`` (a key of both lists) uncommitted while the two calls start;
     once each call waits (for it, or for the other call) or has ended, it rolls back."""
     observer.execute("DELETE FROM awa_job")
+    observer.execute("DELETE FROM awa_workflow")
 
     def holder(session: Session) -> None:
         with transaction.atomic():
@@ -110,7 +133,7 @@ def bulk_race(observer: psycopg.Connection[Any], first: list[str], second: list[
     def call(keys: list[str]) -> Callable[[Session], None]:
         def body(session: Session) -> None:
             with transaction.atomic():
-                Job.objects.enqueue_many([unique_spec(key, place) for place, key in enumerate(keys)])
+                bulk(keys)
 
         return body
 
@@ -145,12 +168,15 @@ def overlapping_calls(draw: st.DrawFn) -> tuple[list[str], list[str], str]:
 @example(calls=(["k0", "k1", "k2"], ["k2", "k1", "k0"], "k1"))
 @example(calls=(["k3", "k0", "k5", "k1"], ["k1", "k5", "k0", "k3"], "k5"))
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_enqueue_many_race__any_two_orders_of_overlapping_keys_never_deadlock(
-    other_connection: psycopg.Connection[Any], calls: tuple[list[str], list[str], str]
+@BULK_WAYS
+def test_bulk_race__any_two_orders_of_overlapping_keys_never_deadlock(
+    other_connection: psycopg.Connection[Any],
+    bulk: Callable[[list[str]], None],
+    calls: tuple[list[str], list[str], str],
 ) -> None:
     first, second, held = calls
 
-    sessions = bulk_race(other_connection, first, second, held)
+    sessions = bulk_race(other_connection, first, second, held, bulk)
 
     assert not any(is_deadlock(s.error) for s in sessions), [s.error for s in sessions]
     # The held key's rollback frees it; the first call to take it then takes all its keys and

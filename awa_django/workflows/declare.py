@@ -19,10 +19,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from awa_django.conf import awa_settings
+from awa_django.deadlocks import unique_deadlock
 from awa_django.exceptions import InvalidJobError, UniqueJobConflictError
 from awa_django.jobspec import CopyLines, build_row, check_json_object, check_name, copy_json, copy_text
 from awa_django.notices import notices
@@ -265,6 +266,7 @@ class _Plan:
         self.queues: set[str] = set()
         self._frames: dict[tuple[object, ...], _Frame] = {}
         self._checked: tuple[object, int] = ((), 0)  # the last plain upstreams _edges checked, and their count
+        self.unique: dict[int, tuple[str, list[str]]] = {}  # a unique step's index: its key and unique states
         self.entries = {s.index: self._entry(s) for s in workflow.steps}
 
     def _defaults(self, kind: object) -> KindDefaults:
@@ -331,6 +333,8 @@ class _Plan:
             now=self.now,
             index=s.index,
         )
+        if row.unique_key is not None and row.unique_states is not None:
+            self.unique[s.index] = (row.unique_key, row.unique_states)
         # A step's fairness key as at enqueue: its own, else its kind's @job(fair_key=) rule.
         fair_key = defaults.fair_key_for(row.kind, options.get("fair_key"), row.args, s.index)
         if defaults.args_check is not None:
@@ -497,6 +501,11 @@ def _write(workflow: Workflow) -> None:
                 "(a workflow step)", [], str(getattr(diag, "message_detail", "") or "")
             ) from None
         raise
+    except OperationalError as exc:
+        deadlock = unique_deadlock(exc, (key for key, _ in plan.unique.values()))
+        if deadlock is None:
+            raise
+        raise deadlock from exc.__cause__
     from awa_django.inline import after_enqueue  # not at import: loading the models loads no runner
 
     after_enqueue(alias, [s.job_id for s in ordered if s.job_id is not None])
@@ -575,8 +584,12 @@ def _lines(
     chunk while the next is built, so the server inserts one while Python formats the other. On
     the way it appends the edges' lines to ``edge_lines`` and the queues that get available jobs
     to ``available``; each step's ``pending`` is its edges from steps plus those from jobs not
-    yet ended."""
+    yet ended. The lines of unique steps that the unique index takes come last, in the order of their
+    keys, as enqueue_many writes them (awa_django.managers), so that two enqueues of overlapping
+    keys never deadlock each other; the ids are the steps' own, so the order changes no id."""
     chunk: list[str] = []
+    keyed: list[tuple[str, str]] = []  # (unique key, line)
+    unique = plan.unique
     joins = dict(workflow._joins)
     entries = plan.entries
     names: dict[str, str] = {}  # each edge name as COPY text, escaped once
@@ -614,9 +627,15 @@ def _lines(
         else:
             state = ready
             available.add(queue)
-        chunk.append(f"{job_id}{prefix}{pending}\t{head}{state}{tail}")
+        line = f"{job_id}{prefix}{pending}\t{head}{state}{tail}"
+        key = unique.get(s.index) if unique else None
+        if key is not None and state in key[1]:
+            keyed.append((key[0], line))
+            continue
+        chunk.append(line)
         if len(chunk) == _CHUNK:
             yield "".join(chunk)
             chunk.clear()
+    chunk.extend(line for _, line in sorted(keyed))
     if chunk:
         yield "".join(chunk)
