@@ -1,5 +1,6 @@
-"""Unique keys taken by two transactions at once: bulk enqueues never deadlock each other, and a
-deadlock Postgres does find between enqueues is a UniqueJobDeadlockError naming the keys.
+"""Unique keys taken by two transactions at once: bulk enqueues (enqueue_many, a workflow's
+enqueue) never deadlock each other, and a deadlock Postgres does find between enqueues is a
+UniqueJobDeadlockError naming the keys.
 
 Two real sessions (threads, each on its own Django connection) race on the real database. Every
 step that must wait is seen waiting in ``pg_blocking_pids`` before the test goes on; outcomes are
@@ -109,7 +110,12 @@ def in_a_workflow(keys: list[str]) -> None:
     wf.enqueue()
 
 
-BULK_WAYS = pytest.mark.parametrize("bulk", [in_bulk, in_a_workflow], ids=["enqueue_many", "workflow"])
+Bulk = Callable[[list[str]], None]
+BULK_WAYS = pytest.mark.parametrize(
+    "ways",
+    [(in_bulk, in_bulk), (in_a_workflow, in_a_workflow), (in_bulk, in_a_workflow)],
+    ids=["enqueue_many-enqueue_many", "workflow-workflow", "enqueue_many-workflow"],
+)
 
 
 def bulk_race(
@@ -117,7 +123,7 @@ def bulk_race(
     first: list[str],
     second: list[str],
     held: str,
-    bulk: Callable[[list[str]], None] = in_bulk,
+    ways: tuple[Bulk, Bulk] = (in_bulk, in_bulk),
 ) -> list[Session]:
     """A third session holds ``held`` (a key of both lists) uncommitted while the two calls start;
     once each call waits (for it, or for the other call) or has ended, it rolls back."""
@@ -130,7 +136,7 @@ def bulk_race(
             session.hold()
             transaction.set_rollback(True)
 
-    def call(keys: list[str]) -> Callable[[Session], None]:
+    def call(bulk: Bulk, keys: list[str]) -> Callable[[Session], None]:
         def body(session: Session) -> None:
             with transaction.atomic():
                 bulk(keys)
@@ -139,7 +145,7 @@ def bulk_race(
 
     blocker = start(holder)
     assert blocker.holding.wait(30)
-    calls = [start(call(first)), start(call(second))]
+    calls = [start(call(ways[0], first)), start(call(ways[1], second))]
     try:
         for session in calls:
             wait_until(
@@ -171,12 +177,12 @@ def overlapping_calls(draw: st.DrawFn) -> tuple[list[str], list[str], str]:
 @BULK_WAYS
 def test_bulk_race__any_two_orders_of_overlapping_keys_never_deadlock(
     other_connection: psycopg.Connection[Any],
-    bulk: Callable[[list[str]], None],
+    ways: tuple[Bulk, Bulk],
     calls: tuple[list[str], list[str], str],
 ) -> None:
     first, second, held = calls
 
-    sessions = bulk_race(other_connection, first, second, held, bulk)
+    sessions = bulk_race(other_connection, first, second, held, ways)
 
     assert not any(is_deadlock(s.error) for s in sessions), [s.error for s in sessions]
     # The held key's rollback frees it; the first call to take it then takes all its keys and
