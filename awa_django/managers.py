@@ -278,12 +278,13 @@ class _Bulk:
 
     def key_order(self) -> list[int] | None:
         """The order to write the lines in so that the unique index takes this call's keys in key
-        order, or None when the lines already come in it (a call with fewer than two such keys).
+        order, or None when the lines already come in it (always so with fewer than two such keys).
 
         Only the keyed rows move, among the positions keyed rows hold: the smallest key's row goes
         to the first of them, and so on. Two calls that take overlapping keys in one order never
         wait for each other in a cycle: whichever waits, waits at a key the other already holds,
-        and holds every smaller key of its own (docs/guide/jobs.md, unique jobs)."""
+        and holds every smaller key of its own (docs/guide/jobs.md, "Unique keys in concurrent
+        transactions")."""
         keys = [key for key, _ in self.keyed]
         if all(a < b for a, b in pairwise(keys)):
             return None
