@@ -28,16 +28,24 @@ def connection_params() -> dict[str, Any]:
     return params
 
 
-def make_schedule(name: str = "every_minute", cron: str = "* * * * *", **kw: Any) -> Schedule:
-    first = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=5)
+def make_schedule(
+    name: str = "every_minute", cron: str = "* * * * *", now: datetime | None = None, **kw: Any
+) -> Schedule:
+    """A schedule whose next fire is five minutes before ``now``'s minute (default: the clock's)."""
+    first = (now or datetime.now(timezone.utc)).replace(second=0, microsecond=0) - timedelta(minutes=5)
     return Schedule.objects.create(name=name, kind="noop", cron=cron, next_fire_at=first, **kw)
 
 
 def fire(
-    conn: psycopg.Connection[Any], row: Schedule, missed: str = "coalesce", limit: int = 100
+    conn: psycopg.Connection[Any],
+    row: Schedule,
+    missed: str = "coalesce",
+    limit: int = 100,
+    now: datetime | None = None,
 ) -> tuple[int, list[int]]:
-    """Plan from the row as read, then run the statement, as a leader does."""
-    now = datetime.now(timezone.utc)
+    """Plan from the row as read at ``now`` (default: the clock's), then run the statement, as a
+    leader does."""
+    now = now or datetime.now(timezone.utc)
     assert row.next_fire_at is not None
     plan = plan_fire(row.name, row.cron, row.timezone, missed, limit, row.next_fire_at, now)
     result = conn.execute(
@@ -71,17 +79,21 @@ def test_fire__a_second_leader_with_the_same_read_fires_nothing() -> None:
 
 def test_fire__concurrent_leaders_block_on_the_row_and_only_one_fires() -> None:
     """Split brain: leader A has fired but not committed; leader B, with the same read, waits on
-    the row lock, then sees the new row version, and inserts and advances nothing."""
-    row = make_schedule(missed="catch_up")
+    the row lock, then sees the new row version, and inserts and advances nothing.
+
+    One reading of the clock for the schedule and both plans: read twice, a minute that turned
+    between the schedule's creation and A's plan made that plan seven slots."""
+    now = datetime.now(timezone.utc)
+    row = make_schedule(missed="catch_up", now=now)
     result: dict[str, Any] = {}
     with connect_outside_django() as a_conn, connect_outside_django() as b_conn, connect_outside_django() as probe:
         a_conn.autocommit = False
-        a_advanced, a_jobs = fire(a_conn, row, missed="catch_up")
+        a_advanced, a_jobs = fire(a_conn, row, missed="catch_up", now=now)
         assert a_advanced == 1 and len(a_jobs) == 6  # the five missed minutes and this one
         b_pid = b_conn.info.backend_pid
 
         def leader_b() -> None:
-            result["b"] = fire(b_conn, row, missed="catch_up")
+            result["b"] = fire(b_conn, row, missed="catch_up", now=now)
 
         thread = threading.Thread(target=leader_b)
         thread.start()
