@@ -254,11 +254,11 @@ def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog(gates: Gates
     moves the cursor back, so the key's next claim takes it before the rest of the key's backlog.
 
     Two gated jobs of the backlog hold both slots, so the key's cursor is past the backlog's
-    front; then the old job arrives, due ten seconds ago at priority 4, and ages to priority 1 (its
-    run_at puts it first among the backlog's priority-1 jobs, behind the key's cursor) while two
-    key sweeps run; then the gates open. Conditions, not a clock: the slots are held until the
-    aging is in the row and the sweeps have counted, however slow the machine. Without aging it
-    would run last; without the look-behind, after the backlog."""
+    front; then the old job arrives, due ten seconds before the backlog at priority 4, and ages
+    to priority 1 (its run_at puts it first among the backlog's priority-1 jobs, behind the key's
+    cursor) while two key sweeps run; then the gates open. Conditions, not a clock: the slots are
+    held until the aging is in the row and the sweeps have counted, however slow the machine.
+    Without aging it would run last; without the look-behind, after the backlog."""
     started: list[int] = []
     Queue.objects.create(name=QUEUE, max_workers=2, priority_aging=timedelta(seconds=1))
     backlog = add_jobs(QUEUE, "K", 40, kind="gated", priority=1, args={})
@@ -266,7 +266,11 @@ def test_priority_aging__an_aged_job_overtakes_its_own_keys_backlog(gates: Gates
     with running_worker(make_config(config), registry=gated_registry(gates, started, QUEUE)) as worker:
         wait_until(lambda: len(started) == 2, what="two jobs holding both slots")
         (old,) = add_jobs(QUEUE, "K", 1, kind="gated", priority=4, args={})
-        Job.objects.filter(pk=old).update(run_at=timezone.now() - timedelta(seconds=10))
+        # Due ten seconds before the backlog, not before now: each of its three aging steps moves
+        # its run_at an interval later, so from now it would end 7 s before now, behind the whole
+        # backlog once the worker took 7 s to start its two jobs.
+        backlog_due = Job.objects.get(pk=backlog[0]).run_at
+        Job.objects.filter(pk=old).update(run_at=backlog_due - timedelta(seconds=10))
         wait_until(lambda: Job.objects.get(pk=old).priority == 1, what="the old job aged to priority 1")
         keyed = worker.runners[QUEUE].keyed
         assert keyed is not None
