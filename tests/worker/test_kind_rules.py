@@ -20,7 +20,14 @@ from tests.harness import make_config, running_worker
 from tests.worker.support import wait_for_row
 
 QUEUE = "kind_rules"
-KINDS = ("test_rules_short", "test_rules_short_sync", "test_rules_long", "test_rules_long_sync", "test_rules_raise")
+KINDS = (
+    "test_rules_short",
+    "test_rules_short_sync",
+    "test_rules_long",
+    "test_rules_long_sync",
+    "test_rules_held",
+    "test_rules_raise",
+)
 # run_at - the error entry's at: the delay plus the moment the batched writer takes (see test_outcomes).
 WRITE_SLACK = 1.0
 release = threading.Event()
@@ -45,6 +52,10 @@ def kinds() -> Iterator[None]:
     @job("test_rules_long_sync", queue=QUEUE, max_attempts=1, timeout=30)
     def long_sync() -> None:
         time.sleep(0.5)
+
+    @job("test_rules_held", queue=QUEUE, max_attempts=1, timeout=30)
+    def held() -> None:
+        release.wait(30)  # its own work: returns once the test has read its running row
 
     @job(
         "test_rules_raise",
@@ -99,8 +110,11 @@ def test_timeout__shorter_than_the_queues_deadline__ends_the_attempt_and_sets_de
 @pytest.mark.django_db(transaction=True)
 def test_timeout__the_claim_sets_deadline_at_from_the_kinds_timeout_not_the_queues() -> None:
     with running_worker(make_config({QUEUE: QueueConfig(QUEUE, deadline=0.1)})):
-        long_job = Job.objects.enqueue("test_rules_long_sync")
+        # Running until the test has read the row: deadline_at is in the row only while the
+        # attempt runs, and a handler that ran 0.5 s could end before a slow test thread looked.
+        long_job = Job.objects.enqueue("test_rules_held")
         assert deadline_set(long_job.pk) == timedelta(seconds=30)
+        release.set()
         wait_for_row(long_job.pk, state="completed")
 
 
