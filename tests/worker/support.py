@@ -4,6 +4,7 @@ test opens them, and reads of job rows."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
@@ -19,7 +20,7 @@ from django.db.models.functions import Now
 from awa_django.models import Job
 from awa_django.registry import JobHandler, Registry
 from awa_django.sql import statements
-from awa_django.worker import JobContext
+from awa_django.worker import JobContext, Worker
 from tests.harness import spawn_worker, terminate, wait_until
 
 
@@ -131,6 +132,27 @@ def gated_registry(gates: Gates, started: list[int], queue: str) -> Registry:
     registry = Registry()
     registry.register(JobHandler("gated", gated, queue=queue, takes_context=True))
     return registry
+
+
+T = TypeVar("T")
+
+
+def on_loop(worker: Worker, read: Callable[[], T], timeout: float = 30.0) -> T:
+    """``read()`` called on the worker's event loop, between two of its steps. A test thread that
+    reads the runtime's state directly can land inside a step: the runner that stands down marks
+    itself not hungry, then clears its demand in the allocator, and a read in between saw both."""
+    loop = worker.loop
+    assert loop is not None, "the worker's loop is not running"
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def call() -> None:
+        try:
+            future.set_result(read())
+        except BaseException as exc:  # re-raised in the test's thread
+            future.set_exception(exc)
+
+    loop.call_soon_threadsafe(call)
+    return future.result(timeout)
 
 
 def row(job_id: int) -> Job:

@@ -19,7 +19,7 @@ import pytest
 from awa_django.models import Job
 from awa_django.worker import QueueConfig
 from tests.harness import make_config, running_worker, wait_until
-from tests.worker.support import Gates, gated_registry
+from tests.worker.support import Gates, gated_registry, on_loop
 
 QUEUE = "dry"
 
@@ -43,17 +43,21 @@ def test_claim_that_fills_its_permits__runner_stands_down_only_if_no_job_is_left
     with running_worker(config, registry=gated_registry(gates, started, QUEUE)) as worker:
         wait_until(lambda: len(started) == 3, what="three gated jobs running")
         runner, allocator = worker.runners[QUEUE], worker.allocator
+        # Read on the worker's loop: a runner standing down marks itself not hungry, then clears
+        # its demand, and a read from this thread between the two saw it not hungry with demand.
         if left:
             # Its claim filled the three permits and left a job: it asks again, and is refused.
-            wait_until(lambda: allocator.demand(QUEUE) > 0, what="the runner asking for a fourth slot")
-            assert runner.hungry
+            wait_until(
+                lambda: on_loop(worker, lambda: allocator.demand(QUEUE)) > 0, what="the runner asking for a fourth slot"
+            )
+            assert on_loop(worker, lambda: runner.hungry)
         else:
             # Its claim filled the three permits and said no job is left: it stands down while all
             # three still run (no job ended, so no hand-over claim could have told it).
-            wait_until(lambda: not runner.hungry, what="the runner standing down")
-            assert allocator.demand(QUEUE) == 0
+            wait_until(lambda: not on_loop(worker, lambda: runner.hungry), what="the runner standing down")
+            assert on_loop(worker, lambda: allocator.demand(QUEUE)) == 0
             assert sorted(started) == sorted(ids)
-        assert allocator.in_flight(QUEUE) == 3
+        assert on_loop(worker, lambda: allocator.in_flight(QUEUE)) == 3
         for job_id in ids:  # the fourth too, before it starts
             gates.open(job_id)
         wait_until(lambda: Job.objects.filter(pk__in=ids, state="completed").count() == jobs, what="every job done")
@@ -69,11 +73,14 @@ def test_hard_reserved_claim_that_fills_exactly__runner_looks_again_then_stands_
     with running_worker(config, registry=gated_registry(gates, started, QUEUE)) as worker:
         wait_until(lambda: len(started) == 3, what="three gated jobs running")
         runner, allocator = worker.runners[QUEUE], worker.allocator
-        assert runner.hungry  # its claim filled, and no probe said the queue ran dry
-        assert allocator.in_flight(QUEUE) == 3
+        assert on_loop(worker, lambda: runner.hungry)  # its claim filled, and no probe said the queue ran dry
+        assert on_loop(worker, lambda: allocator.in_flight(QUEUE)) == 3
         for job_id in ids:
             gates.open(job_id)
         wait_until(lambda: Job.objects.filter(pk__in=ids, state="completed").count() == 3, what="every job done")
-        wait_until(lambda: not runner.hungry, what="the runner standing down once a claim came back empty")
-        assert allocator.demand(QUEUE) == 0
+        wait_until(
+            lambda: not on_loop(worker, lambda: runner.hungry),
+            what="the runner standing down once a claim came back empty",
+        )
+        assert on_loop(worker, lambda: allocator.demand(QUEUE)) == 0  # read on the loop: see above
     assert sorted(started) == sorted(ids)
