@@ -191,6 +191,9 @@ class QueueRunner:
         burst = max(1, math.ceil(host_burst * share / config.rate_limit - 1e-9))
         if abs(self._bucket.max_rate - share) > 1e-9:
             self._bucket.reconfigure(share, burst, now=time.monotonic())
+            # A runner out of tokens sleeps until the old rate's next token: 100 s at the 0.01/s of
+            # a bucket still waiting for its first part. The new rate may earn one sooner.
+            self.wake()
 
     def demand(self) -> int:
         """What it asks of the cluster: ``wanted`` while it has backlog and is not paused, else 0."""
