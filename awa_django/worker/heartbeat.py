@@ -26,12 +26,22 @@ class Heartbeat:
     async def run(self) -> None:
         """Batched heartbeats (with progress) for every in-flight attempt."""
         runtime = self.runtime
-        while not runtime.stop.stopping:
-            await runtime.stop.sleep(runtime.config.heartbeat_interval)
+        stop = runtime.stop
+        # Through the drain too, until the supervisor cancels it as it closes: a job still running
+        # while the worker stops must go on proving itself alive, or a drain longer than
+        # HEARTBEAT_STALENESS let the leader rescue it and another worker run it beside this one.
+        while not stop.forced:
+            await stop.sleep_unless_forced(runtime.config.heartbeat_interval)
             # Attempts already finishing are being written; in id order, like the completer's
-            # batches, so two batch updates of the same rows cannot deadlock.
+            # batches, so two batch updates of the same rows cannot deadlock. Once the worker stops,
+            # an attempt told to stop is being handed back (or is no longer this worker's).
+            stopping = stop.stopping
             entries = sorted(
-                (entry for entry in runtime.attempts.in_flight.values() if not entry.context.finishing),
+                (
+                    entry
+                    for entry in runtime.attempts.in_flight.values()
+                    if not entry.context.finishing and not (stopping and entry.context.cancelled)
+                ),
                 key=lambda e: e.job.id,
             )
             if not entries:

@@ -46,6 +46,11 @@ class Stop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), seconds)
 
+    async def sleep_unless_forced(self, seconds: float) -> None:
+        """Sleep, or less if the stop is forced meanwhile (for a loop that runs through the drain)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._forced_event.wait(), seconds)
+
     async def sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
         """Sleep, or less if ``event`` is set or the worker stops meanwhile (``event`` is left set)."""
         waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.sleep(seconds))]

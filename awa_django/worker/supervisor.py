@@ -21,7 +21,8 @@ per-job Python):
 Each part receives the ``Runtime`` (``runtime``), never the ``Worker``. A side task that dies is
 noticed, logged, and stops the worker with an error.
 
-Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout; cancel
+Shutdown order: stop claiming; let in-flight jobs finish within the shutdown timeout (their
+heartbeats go on, until the close cancels the heartbeat loop); cancel
 the handlers still running, and hand back (retryable, due now, guarded by run_lease) only the
 attempts whose handler did not return: one that returned, even at the last moment, is written
 with its real outcome; flush the writer (bounded); release; remove this worker's snapshot; close

@@ -5,6 +5,8 @@ stops at once and leaves the rows to the rescue path."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 from django.db.models.functions import Now
@@ -12,6 +14,14 @@ from django.db.models.functions import Now
 from awa_django.models import Job, Queue, WorkerInstance
 from tests.harness import wait_until
 from tests.worker.support import Spawner, state_counts
+
+
+def _beat_since(job_id: int, before: datetime) -> Callable[[], bool]:
+    def beaten() -> bool:
+        heartbeat_at = Job.objects.get(pk=job_id).heartbeat_at
+        return heartbeat_at is not None and heartbeat_at > before
+
+    return beaten
 
 
 def _enqueue_sleeps(queue: str, count: int, seconds: float) -> list[int]:
@@ -142,3 +152,28 @@ def test_sigterm__database_gone_mid_run__the_worker_stops_within_its_shutdown_ti
     # shutdown timeout 1 s + hand-back grace 1.5 s + flush max(1, 5) s + close, with room for a slow machine
     assert took < 20, f"the stop took {took:.1f}s with the database gone"
     assert Job.objects.get(pk=job.pk).state == "running"  # nothing could be written: the rescue's
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_sigterm__a_job_running_through_the_drain_keeps_its_heartbeat(spawn: Spawner) -> None:
+    """The heartbeat goes on while the worker drains: a drain longer than HEARTBEAT_STALENESS would
+    otherwise let the leader rescue a job still running here, and another worker run it beside it."""
+    (job_id,) = _enqueue_sleeps("beating", 1, 300)
+    worker = spawn(
+        "-q", "beating", "--shutdown-timeout", "600", "--heartbeat-interval", "0.5", "--poll-interval", "0.5"
+    )
+    wait_until(lambda: Job.objects.running().filter(pk=job_id).exists(), timeout=60, what="the job running")
+
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "waiting for 1 in-flight job(s)" in worker.log, timeout=30, what="the drain")
+    # Two beats after the drain began: the stop's own last beat, if any, is at most one of them.
+    for beat in ("a beat during the drain", "another beat during the drain"):
+        before = Job.objects.get(pk=job_id).heartbeat_at
+        assert before is not None
+        wait_until(_beat_since(job_id, before), timeout=30, what=beat)
+    worker.assert_alive()
+
+    worker.signal(signal.SIGTERM)  # the second signal: at once, the job left running for the rescue
+    assert worker.wait_exit(timeout=30) == 1, worker.log[-4000:]
+    assert Job.objects.get(pk=job_id).state == "running"
