@@ -186,29 +186,17 @@ class ClusterPlanner:
                 caps[w.worker][queue] = min(want, base)  # a reduction (or no change) is published at once
                 if want > base:
                     pending.append(_Increase(queue, w.worker, base, want))
-        budgets = {q: limits[q].max_workers - committed_by_queue.get(q, 0) for q in limits}
-        left = (global_max if global_max is not None else 0) - sum(committed_by_queue.values())
-        # One slot at a time to the largest gap first, so a short budget is shared instead of
-        # going to whoever comes first.
-        while pending:
-            pending.sort(key=lambda p: (p.cap - p.want, p.queue, p.worker))
+        if global_max is not None:
+            _grant_in_rounds(pending, global_max - sum(committed_by_queue.values()))
+        else:  # hard-reserved: each queue's budget is its own, shared by its workers only
+            by_queue: dict[str, list[_Increase]] = {}
             for entry in pending:
-                if global_max is None:
-                    if budgets.get(entry.queue, 0) <= 0:
-                        continue
-                    budgets[entry.queue] -= 1
-                elif left <= 0:
-                    break
-                else:
-                    left -= 1
-                entry.cap += 1
-                caps[entry.worker][entry.queue] = entry.cap
-            still = [p for p in pending if p.cap < p.want]
-            if global_max is not None and left <= 0:
-                break
-            if global_max is None and all(budgets.get(p.queue, 0) <= 0 for p in still):
-                break
-            pending = still
+                by_queue.setdefault(entry.queue, []).append(entry)
+            for queue, entries in by_queue.items():
+                budget = limits[queue].max_workers - committed_by_queue[queue] if queue in limits else 0
+                _grant_in_rounds(entries, budget)
+        for entry in pending:
+            caps[entry.worker][entry.queue] = entry.cap
         return caps
 
 
@@ -218,6 +206,44 @@ class _Increase:
     worker: str
     cap: int
     want: int
+
+
+def _grant_in_rounds(increases: Sequence[_Increase], budget: int) -> None:
+    """Raise the caps of ``increases`` towards their wants with at most ``budget`` slots, as if one
+    slot at a time went to each of them in rounds, the largest gap (``want - cap``) first, ties by
+    queue then worker, until the budget or the gaps ran out: so a short budget is shared instead of
+    going to whoever comes first.
+
+    Computed, not simulated: ``rounds`` whole rounds give each entry ``min(gap, rounds)``, and the
+    slots left (fewer than the entries still short) go one each to the first of those in that
+    order. O(n log n) for n increases, whatever the budget and the gaps (a queue's max_workers of
+    100,000 once cost 100,000 turns of a loop per plan)."""
+    if budget <= 0 or not increases:
+        return
+    gaps = sorted(entry.want - entry.cap for entry in increases)
+    if budget >= sum(gaps):
+        for entry in increases:
+            entry.cap = entry.want
+        return
+    # The most whole rounds the budget pays for: between two consecutive gaps, every entry whose
+    # gap is not yet closed takes one slot a round.
+    rounds = spent = 0
+    for index, gap in enumerate(gaps):
+        short = len(gaps) - index
+        if spent + (gap - rounds) * short > budget:
+            more = (budget - spent) // short
+            rounds, spent = rounds + more, spent + more * short
+            break
+        spent += (gap - rounds) * short
+        rounds = gap
+    order = sorted(
+        (entry for entry in increases if entry.want - entry.cap > rounds),
+        key=lambda entry: (entry.cap - entry.want, entry.queue, entry.worker),
+    )
+    for entry in increases:
+        entry.cap += min(entry.want - entry.cap, rounds)
+    for entry in order[: budget - spent]:
+        entry.cap += 1
 
 
 def _split(target: int, workers: Sequence[WorkerView], queue: str) -> dict[str, int]:

@@ -10,12 +10,17 @@ capacity committed by the plan never does either.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awa_django.concurrency import QueueLimits
+from awa_django.concurrency import QueueLimits, cluster
 from awa_django.concurrency.cluster import ClusterPlanner, QueueUse, WorkerView
 
 
@@ -141,3 +146,130 @@ def test_plan__rate_limit_is_split_across_the_workers_serving_the_queue() -> Non
     plan = ClusterPlanner().plan(None, limits, [w.view() for w in workers], now=0.0)
     rates = [plan.rates[w.name]["R"] for w in workers]
     assert abs(sum(rates) - 6.0) < 1e-9
+
+
+def _reference_reduce_before_grant(
+    global_max: int | None,
+    limits: Mapping[str, QueueLimits],
+    workers: Sequence[WorkerView],
+    desired: Mapping[str, Mapping[str, int]],
+) -> dict[str, dict[str, int]]:
+    """The rule as it was first written: one slot at a time, in rounds, to the largest gap first
+    (ties by queue, then worker), until the budget (the global maximum's, or in hard-reserved mode
+    each queue's max_workers') or the gaps run out. Its cost grows with the slots it hands out."""
+    caps: dict[str, dict[str, int]] = {w.worker: {} for w in workers}
+    pending: list[list[Any]] = []  # [queue, worker, cap, want]
+    committed: dict[str, int] = {}
+    for w in workers:
+        for queue in sorted(set(w.use) | set(w.applied) | set(w.read) | set(w.published)):
+            base = w.committed(queue)
+            want = desired.get(w.worker, {}).get(queue, 0)
+            committed[queue] = committed.get(queue, 0) + base
+            caps[w.worker][queue] = min(want, base)
+            if want > base:
+                pending.append([queue, w.worker, base, want])
+    budgets = {q: limits[q].max_workers - committed.get(q, 0) for q in limits}
+    left = (global_max or 0) - sum(committed.values())
+    while pending:
+        pending.sort(key=lambda p: (p[2] - p[3], p[0], p[1]))
+        for entry in pending:
+            if global_max is None:
+                if budgets.get(entry[0], 0) <= 0:
+                    continue
+                budgets[entry[0]] -= 1
+            elif left <= 0:
+                break
+            else:
+                left -= 1
+            entry[2] += 1
+            caps[entry[1]][entry[0]] = entry[2]
+        still = [p for p in pending if p[2] < p[3]]
+        if global_max is not None and left <= 0:
+            break
+        if global_max is None and all(budgets.get(p[0], 0) <= 0 for p in still):
+            break
+        pending = still
+    return caps
+
+
+@st.composite
+def grant_cases(
+    draw: st.DrawFn,
+) -> tuple[int | None, dict[str, QueueLimits], list[WorkerView], dict[str, dict[str, int]]]:
+    """Workers' committed caps and the caps the plan would like, around maxima from tiny to huge
+    (the reference hands out one slot per step, so the wants stay within a few thousand of what
+    is committed)."""
+    huge = st.sampled_from([10**6, 2**31 - 1])
+    maximum = st.one_of(st.integers(1, 40), huge)
+    names = ["a", "b", "c", "d"][: draw(st.integers(1, 4))]
+    weighted = draw(st.booleans())
+    limits = {q: QueueLimits(max_workers=draw(maximum)) for q in names}
+    small = st.integers(0, 30)
+    workers: list[WorkerView] = []
+    desired: dict[str, dict[str, int]] = {}
+    for index in range(draw(st.integers(1, 5))):
+        name = f"w{index}"
+        queues = draw(st.lists(st.sampled_from([*names, "unknown"]), unique=True, max_size=len(names) + 1))
+        use = {q: QueueUse(draw(small), draw(small)) for q in queues}
+        applied = {q: draw(small) for q in queues if draw(st.booleans())}
+        read = {q: draw(small) for q in queues if draw(st.booleans())}
+        published = {q: draw(small) for q in queues if draw(st.booleans())}
+        workers.append(WorkerView(name, use, applied, published, read))
+        desired[name] = {q: draw(st.integers(0, 2_000)) for q in queues if draw(st.integers(0, 4))}
+    global_max = draw(st.one_of(maximum, st.integers(0, 200))) if weighted else None
+    return global_max, limits, workers, desired
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=grant_cases())
+def test_reduce_before_grant__computed_caps_match_the_slot_by_slot_rule(
+    case: tuple[int | None, dict[str, QueueLimits], list[WorkerView], dict[str, dict[str, int]]],
+) -> None:
+    global_max, limits, workers, desired = case
+    planned = ClusterPlanner._reduce_before_grant(global_max, limits, workers, desired)
+    assert planned == _reference_reduce_before_grant(global_max, limits, workers, desired)
+
+
+@pytest.mark.parametrize("maximum", [100, 100_000, 2**31 - 1])
+def test_reduce_before_grant__a_huge_maximum_is_granted_whole_in_one_step(maximum: int) -> None:
+    """A worker that wants a whole queue of max_workers 2**31 - 1 gets it: the slot-by-slot rule
+    would have taken that many turns; the computed one takes none per slot."""
+    limits = {"a": QueueLimits(max_workers=maximum), "b": QueueLimits(max_workers=maximum)}
+    workers = [WorkerView("w1", {"a": QueueUse(0, maximum)}), WorkerView("w2", {"a": QueueUse(1, 1), "b": QueueUse()})]
+    desired = {"w1": {"a": maximum - 1}, "w2": {"a": 1, "b": maximum}}
+    hard = ClusterPlanner._reduce_before_grant(None, limits, workers, desired)
+    assert hard == {"w1": {"a": maximum - 1}, "w2": {"a": 1, "b": maximum}}
+    # Weighted: one global budget, shared by rounds (largest gap first) when it is short.
+    weighted = ClusterPlanner._reduce_before_grant(maximum, limits, workers, desired)
+    assert weighted["w2"]["a"] == 1
+    assert weighted["w1"]["a"] + weighted["w2"]["b"] == maximum - 1
+    assert abs(weighted["w1"]["a"] - weighted["w2"]["b"]) <= 1
+
+
+def _lines_run(maximum: int) -> int:
+    """How many lines of cluster.py one reduce-before-grant runs, for the case above: an operation
+    count, the same on every machine (a time would not be)."""
+    limits = {"a": QueueLimits(max_workers=maximum), "b": QueueLimits(max_workers=maximum)}
+    workers = [WorkerView("w1", {"a": QueueUse(0, maximum)}), WorkerView("w2", {"a": QueueUse(1, 1), "b": QueueUse()})]
+    desired = {"w1": {"a": maximum - 1}, "w2": {"a": 1, "b": maximum}}
+    count = 0
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        if frame.f_code.co_filename != cluster.__file__:
+            return None
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        ClusterPlanner._reduce_before_grant(maximum, limits, workers, desired)
+        ClusterPlanner._reduce_before_grant(None, limits, workers, desired)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_reduce_before_grant__work_does_not_grow_with_the_maximum() -> None:
+    assert _lines_run(10_000) == _lines_run(100)
