@@ -7,7 +7,7 @@ knows about SQL, Django or asyncio.
 
 from awa_django.concurrency.allocator import Allocator, Capacity, HardReserved, Mode, Weighted
 from awa_django.concurrency.limits import QueueLimits, QueueLimitsLike
-from awa_django.concurrency.permits import Permit, PermitKind, release_all
+from awa_django.concurrency.permits import Permit, PermitKind, Permits, held_before, release_all
 from awa_django.concurrency.pool import OverflowPool
 from awa_django.concurrency.rate import TokenBucket
 from awa_django.concurrency.slots import Slots
@@ -26,6 +26,7 @@ __all__ = [
     "OverflowPool",
     "Permit",
     "PermitKind",
+    "Permits",
     "QueueLimits",
     "QueueLimitsLike",
     "Slots",
@@ -34,6 +35,7 @@ __all__ = [
     "check_global_max_workers",
     "collect_capacity_errors",
     "collect_queue_errors",
+    "held_before",
     "release_all",
     "validate_capacity",
 ]

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from awa_django.concurrency.limits import QueueLimits, QueueLimitsLike
-from awa_django.concurrency.permits import Permit, PermitKind
+from awa_django.concurrency.permits import Permit, PermitKind, Permits
 from awa_django.concurrency.pool import OverflowPool
 from awa_django.concurrency.slots import Slots
 from awa_django.concurrency.validation import check_count, validate_capacity
@@ -96,8 +96,8 @@ class Allocator:
     Build it with `Allocator(global_max_workers, queues)` (the mode follows from
     whether `global_max_workers` is None), or `Allocator.hard_reserved(...)` /
     `Allocator.weighted(...)`. The configuration is validated with `validate_capacity`.
-    Set `on_release` to be told (with the queue name) each time a permit comes back,
-    e.g. to wake dispatchers waiting for capacity.
+    Set `on_release` to be told (with the queue name) each time permits come back (once
+    for a bulk release of `Permits`), e.g. to wake dispatchers waiting for capacity.
     """
 
     def __init__(
@@ -262,14 +262,22 @@ class Allocator:
         Weighted mode takes local slots first and asks the overflow pool for the rest,
         recording that as the queue's demand. The list holds local permits before
         overflow ones, so a caller dropping its surplus from the end (`permits[n:]`)
-        gives shared capacity back first.
+        gives shared capacity back first. `reserve` grants the same without making a
+        `Permit` per slot.
         """
+        return list(self.reserve(queue, wanted))
+
+    def reserve(self, queue: str, wanted: int) -> Permits:
+        """What `try_acquire` grants, as `Permits`: a `Permit` is made only for a position read
+        (a job's), and `release_all` gives the unread ones back with one call per kind. The cost
+        is one decision plus the permits read, whatever `wanted` and the maxima are; a dispatcher
+        asks for up to the global maximum before each claim."""
         state = self._active(queue)
         check_count("wanted", wanted)
         if self._pool is None:
             granted = state.slots.try_acquire(wanted)
             self._set_demand(queue, state, wanted - granted)
-            return self._permits(queue, "hard", granted)
+            return self._permits(queue, [("hard", granted)])
         now = self._clock()
         headroom = self._headroom()
         local = state.slots.try_acquire(min(wanted, headroom))
@@ -281,7 +289,7 @@ class Allocator:
         # allocator's was not, so no release ever named the queue again (a lost wake-up).
         overflow = self._pool.try_acquire(queue, wanted - local, now=now, limit=headroom)
         self._set_demand(queue, state, wanted - local - overflow)
-        return self._permits(queue, "local", local) + self._permits(queue, "overflow", overflow)
+        return self._permits(queue, [("local", local), ("overflow", overflow)])
 
     def keepable(self, queue: str, permits: Sequence[Permit]) -> list[Permit]:
         """Of ``permits`` (the queue's, all about to come back), those that may pass straight to the
@@ -453,27 +461,36 @@ class Allocator:
         except KeyError:  # removed from the pool, and holds nothing there
             return 0
 
-    def _permits(self, queue: str, kind: PermitKind, n: int) -> list[Permit]:
-        def give_back() -> None:
-            self._free_origin(queue, kind)
-            self._released(queue)
+    def _permits(self, queue: str, parts: list[tuple[PermitKind, int]]) -> Permits:
+        def one(kind: PermitKind) -> Callable[[], None]:
+            def give_back() -> None:
+                self._free_origin(queue, kind)
+                self._released(queue)
 
-        self._total_in_flight += n
-        return [Permit(queue, kind, give_back) for _ in range(n)]
+            return give_back
 
-    def _free_origin(self, queue: str, kind: PermitKind) -> None:
-        """A permit's slot goes back where it came from: the pool, or the queue's own slots."""
+        def many(counts: Mapping[PermitKind, int]) -> None:
+            for kind, n in counts.items():
+                self._free_origin(queue, kind, n)
+            self._released(queue, sum(counts.values()))
+
+        self._total_in_flight += sum(n for _, n in parts)
+        return Permits.granted(queue, parts, one, many)
+
+    def _free_origin(self, queue: str, kind: PermitKind, n: int = 1) -> None:
+        """``n`` permits' slots go back where they came from: the pool, or the queue's own slots."""
         state = self._queues[queue]
         if kind == "overflow":
             assert self._pool is not None
-            self._pool.release(queue, 1, now=self._clock())
+            self._pool.release(queue, n, now=self._clock())
         else:
-            state.slots.release(1)
-        if state.demand > 0:  # it could use the freed slot again
-            state.demand += 1
+            state.slots.release(n)
+        if state.demand > 0:  # it could use the freed slots again
+            state.demand += n
 
-    def _released(self, queue: str) -> None:
-        self._total_in_flight -= 1
+    def _released(self, queue: str, n: int = 1) -> None:
+        """``n`` permits of ``queue`` came back: one `on_release` call, however many."""
+        self._total_in_flight -= n
         self._forget_if_removed(queue)
         if self.on_release is not None:
             self.on_release(queue)
