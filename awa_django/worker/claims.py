@@ -54,7 +54,7 @@ class Claim:
     (a claim planned before an announcement cannot tell that the queue ran dry)."""
 
     source: ClaimSource
-    permits: list[Permit]
+    permits: Sequence[Permit]  # a `Permits` from the allocator: a Permit is made per row only
     statement: str
     params: dict[str, Any]
     seen: int = 0
@@ -106,7 +106,7 @@ class ClaimSource(Protocol):
         (none while it cannot plan a hand-over claim: ``hands_over``)."""
         ...
 
-    def plan(self, permits: list[Permit], deadline: float | None, seen: int) -> Claim | None:
+    def plan(self, permits: Sequence[Permit], deadline: float | None, seen: int) -> Claim | None:
         """The claim for up to these permits (its ``permits`` a prefix of them: the rest are not
         used), or None when there is nothing to claim with them."""
         ...

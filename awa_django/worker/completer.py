@@ -49,7 +49,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa_django.concurrency import Permit, release_all
+from awa_django.concurrency import Permit, held_before, release_all
 from awa_django.context import ClaimedJob, Outcome
 from awa_django.observability.joblog import log_job
 from awa_django.observability.sink import REFUSALS
@@ -250,7 +250,7 @@ class Completer:
         if self.hand_over is not None and permits:
             releasing = frozenset(entry.job.queue for entry in batch if entry.job.workflow_id is not None)
             plan = self.hand_over.plan_hand_over(permits, releasing)
-        passing = {id(p) for claim in plan.values() for p in claim.permits}
+        passing = {id(p) for claim in plan.values() for p in held_before(claim.permits)}
         try:
             written, claimed = await retrying(
                 "writing finished jobs", functools.partial(self._write, batch, plan, freed)

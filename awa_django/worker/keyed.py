@@ -80,7 +80,7 @@ from typing import Any
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa_django.concurrency import Permit
+from awa_django.concurrency import Permit, held_before
 from awa_django.concurrency.keyconfig import QueueKeySettings
 from awa_django.concurrency.keys import KeyShares
 from awa_django.context import ClaimedJob, ClaimRows
@@ -440,10 +440,10 @@ class KeyedSource:
             return []
         return [permit for permit in permits if isinstance(permit, KeyedPermit)]
 
-    def plan(self, permits: list[Permit], deadline: float | None, seen: int) -> Claim | None:
+    def plan(self, permits: Sequence[Permit], deadline: float | None, seen: int) -> Claim | None:
         """The slots go to what ``KeyShares`` grants; the attempts of handed-over permits end now
         (their keys told first, so the grants count them)."""
-        for permit in permits:
+        for permit in held_before(permits):  # the rest are new: none is a KeyedPermit
             if isinstance(permit, KeyedPermit):
                 permit.hand_over()
         params = self.claims.plan(len(permits), deadline)

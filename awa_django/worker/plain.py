@@ -75,7 +75,7 @@ class PlainSource:
     def keepable(self, permits: list[Permit]) -> list[Permit]:
         return permits
 
-    def plan(self, permits: list[Permit], deadline: float | None, seen: int) -> Claim | None:
+    def plan(self, permits: Sequence[Permit], deadline: float | None, seen: int) -> Claim | None:
         params: dict[str, Any] = {
             "queue": self.queue,
             "limit": len(permits),

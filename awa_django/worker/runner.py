@@ -46,7 +46,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa_django.concurrency import Allocator, Permit, TokenBucket, release_all
+from awa_django.concurrency import Allocator, Permit, Permits, TokenBucket, held_before, release_all
 from awa_django.concurrency.keyconfig import QueueKeySettings, settings_from_rows
 from awa_django.context import ClaimedJob
 from awa_django.sql import statements
@@ -268,7 +268,7 @@ class QueueRunner:
             return None
         return self._plan_out([], permits)
 
-    def _top_up(self, now: float) -> list[Permit]:
+    def _top_up(self, now: float) -> Permits:
         """Permits the queue may take now beyond the freed ones it keeps, for the same hand-over
         claim: what its runner's next claim would ask for, taken here before the claim as the
         runner would. Without it, a group of slots that once started apart (a fan-out released
@@ -279,17 +279,17 @@ class QueueRunner:
         if self._bucket is not None:
             wanted = min(wanted, self._bucket.available(now))
         if wanted <= 0:
-            return []
-        extra = self._runners.allocator.try_acquire(self.name, wanted)
+            return Permits()
+        extra = self._runners.allocator.reserve(self.name, wanted)
         if self._bucket is not None and extra:
             self._bucket.take(len(extra), now)
         return extra
 
-    def _plan_out(self, kept: list[Permit], extra: list[Permit]) -> Claim | None:
+    def _plan_out(self, kept: list[Permit], extra: Permits) -> Claim | None:
         """The hand-over claim for the freed permits kept and the top-up's: what the source does not
         use goes back (the rate tokens of all of them; the top-up's permits from here, the freed
         ones through the writer, which still holds them)."""
-        slots = [*kept, *extra]
+        slots = extra.after(kept)
         claim = self._plan(slots)
         used = 0 if claim is None else len(claim.permits)
         if self._bucket is not None and used < len(slots):
@@ -379,7 +379,7 @@ class QueueRunner:
             wanted = min(wanted, tokens)
         # 1. pre-acquire, never blocking; refused, the queue's demand is recorded and the
         #    allocator names it among the waiting when a permit it may take comes back.
-        permits = self._runners.allocator.try_acquire(self.name, wanted)
+        permits = self._runners.allocator.reserve(self.name, wanted)
         if not permits:
             self._runners.refused(self.name)
             return source.next_look(now)  # a permit coming back wakes it sooner
@@ -410,7 +410,7 @@ class QueueRunner:
         self._settled(claim, jobs, own_claim=True)
         return 0 if backlog.hungry else self._source.next_look(time.monotonic())
 
-    def _plan(self, permits: list[Permit], seen: int | None = None) -> Claim | None:
+    def _plan(self, permits: Sequence[Permit], seen: int | None = None) -> Claim | None:
         """The source's claim for these permits, as of the announcement count ``seen`` (default: now)."""
         generation = self._backlog.generation if seen is None else seen
         return self._source.plan(permits, self._config.deadline, generation)
@@ -629,7 +629,7 @@ class Runners(Mapping[str, QueueRunner]):
             if claim is not None:
                 plan[queue] = claim
         if self.allocator.mode == "weighted":
-            kept = {id(permit) for claim in plan.values() for permit in claim.permits}
+            kept = {id(permit) for claim in plan.values() for permit in held_before(claim.permits)}
             spare = [permit for permit in permits if id(permit) not in kept]
             if spare:
                 self._pass_across(spare, plan, now)
