@@ -78,7 +78,9 @@ def main() -> None:
         if args.reference:
             named_only = args.maxima != parser.get_default("maxima")
             cells = [
-                f"{claim_cost(m, jobs, min(3, args.rounds), reference=True):,.1f} us" if m <= 100_000 or named_only else "skipped"
+                f"{claim_cost(m, jobs, min(3, args.rounds), reference=True):,.1f} us"
+                if m <= 100_000 or named_only
+                else "skipped"
                 for m in maxima
             ]
             print(f"| a Permit per slot, {jobs} job(s) filled | " + " | ".join(cells) + " |")

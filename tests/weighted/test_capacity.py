@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from awa_django.defaults import GLOBAL_MAX_WORKERS_MAX
 from awa_django.models import Job
 from awa_django.worker import QueueConfig
-from tests.harness import make_config, running_worker
+from tests.harness import make_config, running_worker, wait_until
 from tests.weighted.support import (
     Recorder,
     Sample,
@@ -129,3 +130,26 @@ def test_weighted__no_loaded_queue_drops_below_min_workers(weight_a: int, weight
         share = sum(len(d) for d in dips) / len(window)
         assert most <= DIP_ENDS, f"{queue} stayed below its min_workers while {most} jobs ended"
         assert share <= DIP_SHARE_TOLERANCE, f"{queue} was below min in {share:.1%} of its loaded samples"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("global_max_workers", [None, GLOBAL_MAX_WORKERS_MAX])
+def test_capacity__the_largest_maximum_runs_jobs_and_gives_every_slot_back(global_max_workers: int | None) -> None:
+    """Each poll asks for every slot the maximum allows (2**31 - 1 here; hard-reserved: the
+    queue's max_workers at the column's limit): the worker claims, hands over and ends its jobs
+    as with a small one, and every slot it took comes back."""
+    recorder = Recorder()
+    largest = GLOBAL_MAX_WORKERS_MAX
+    queues = {
+        "A": QueueConfig("A", max_workers=largest, min_workers=1),
+        "B": QueueConfig("B", max_workers=largest, weight=2),
+    }
+    config = make_config(queues, global_max_workers=global_max_workers)
+    with running_worker(config, registry=recorder.registry) as worker:
+        enqueue("A", 30, ms=20)
+        enqueue("B", 30, ms=20)
+        wait_all_finished(["A", "B"])
+        allocator = worker.runtime.allocator
+        wait_until(lambda: allocator.total_in_flight == 0, what="every slot back")
+    assert Job.objects.filter(queue__in=["A", "B"], state="completed").count() == 60
+    assert recorder.finished("A") == recorder.finished("B") == 30

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from awa_django.concurrency import Permit
+from awa_django.concurrency import Permits
 from awa_django.worker import QueueConfig, WorkerConfig
 from tests.harness import make_config, running_worker
 from tests.weighted.support import Recorder, Sampler, between, contended, enqueue, time_weighted_mean
@@ -45,14 +45,14 @@ def test_newcomer__weight_1_beside_weight_10_starts_within_a_turn_and_averages_i
     asked: list[float] = []  # when B's runner first asked the allocator for a slot
     with Sampler(["A", "B"]) as sampler, running_worker(config, registry=recorder.registry) as worker:
         allocator = worker.allocator
-        try_acquire = allocator.try_acquire
+        reserve = allocator.reserve
 
-        def noting(queue: str, wanted: int) -> list[Permit]:
+        def noting(queue: str, wanted: int) -> Permits:
             if queue == "B" and not asked:
                 asked.append(time.monotonic())
-            return try_acquire(queue, wanted)
+            return reserve(queue, wanted)
 
-        allocator.try_acquire = noting  # type: ignore[method-assign]
+        allocator.reserve = noting  # type: ignore[method-assign]
         enqueue("A", 1200, ms=100)
         sampler.wait_for(lambda s: s.running["A"] == 10, 30, "A to hold the whole pool (10 running)")
         committed = enqueue("B", 200, ms=100)
