@@ -196,8 +196,15 @@ class QueueRunner:
             self.wake()
 
     def demand(self) -> int:
-        """What it asks of the cluster: ``wanted`` while it has backlog and is not paused, else 0."""
-        return self.wanted if self._backlog.hungry and not self._config.paused else 0
+        """What it asks of the cluster: ``wanted`` while it has backlog, is not paused and has a rate
+        token, else 0. Read at every instant, not only after a poll: a runner nudged while its bucket
+        was empty asked for everything until its poll stood it down, and the leader's plan then gave
+        that worker the queue's whole rate for a round (the next split it again)."""
+        if not self._backlog.hungry or self._config.paused:
+            return 0
+        if self._bucket is not None and self._bucket.available(time.monotonic()) == 0:
+            return 0
+        return self.wanted
 
     def probe_seen(self) -> ProbeSeen | None:
         """What the backlog probe's verdict will be judged against, or None when the probe should

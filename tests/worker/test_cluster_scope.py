@@ -361,3 +361,29 @@ def test_cluster__a_runner_out_of_tokens_before_its_rate_part__claims_once_the_p
             wait_until(lambda: bucket(worker).max_rate == pytest.approx(2.0), what="the worker's part of 2/s")
             # A token within a second at 2/s: the job starts then, not after the old bucket's 100 s.
             wait_until(lambda: Job.objects.filter(pk=job.pk, state="completed").exists(), 10, what="the job run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cluster__a_runner_without_a_rate_token_reports_no_demand_even_when_just_nudged() -> None:
+    """A worker's demand moves the queue's cap and its part of the rate to it at the leader's next
+    plan. A runner nudged (a settings change, a NOTIFY) reported its whole ``wanted`` until its poll
+    found no token and stood down: a plan that read it then gave one worker the whole rate, the
+    next split it again, and a worker that read its new part before the other read its cut ran
+    beside it at 3/s together under 2/s (test_cluster__a_rate_limit_set_live_holds_...)."""
+    from awa_django.worker.election import LEADER_LOCK
+    from tests.conftest import connect_outside_django
+
+    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
+    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
+    with connect_outside_django() as leader:  # no plan: the bucket stays withheld, with no token
+        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
+        with running_worker(config) as worker:
+            runner = worker.runners["R"]
+
+            def nudged() -> tuple[int, int, int]:
+                runner.nudge()  # hungry now, until its poll looks (after this call, on the same loop)
+                return runner.demand(), bucket(worker).available(time.monotonic()), runner.wanted
+
+            demand, tokens, wanted = on_loop(worker, nudged)
+            assert (tokens, wanted) == (0, 4)
+            assert demand == 0
