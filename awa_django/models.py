@@ -518,6 +518,9 @@ class WorkerCapacity(models.Model):
     )
     floors = models.JSONField(default=dict, blank=True, help_text="{queue: cap} to fall back to without a lease")
     rates = models.JSONField(default=dict, blank=True, help_text="{queue: jobs/s} its part of each rate limit")
+    read_rates = models.JSONField(
+        default=dict, blank=True, help_text="{queue: jobs/s} the rate parts it read (and applied) at its last report"
+    )
     lease_until = models.DateTimeField(null=True, blank=True)
     reported_at = models.DateTimeField()
     planned_at = models.DateTimeField(null=True, blank=True)

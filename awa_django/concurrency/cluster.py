@@ -29,7 +29,11 @@ The leader also publishes each worker's *floor* caps, its part of every queue's 
 (never above its cap): a worker whose caps' lease expires (no leader, or no database) falls back
 to those, which together never exceed the sum of the floors. And, for a queue with a rate limit,
 each worker's part of the rate: its whole part of the queue's burst (in proportion to its cap)
-over the burst, so the workers' buckets together hold the burst and no more.
+over the burst, so the workers' buckets together hold the burst and no more. Rate parts move as
+caps do, reduce before grant: a worker runs at the part it read at its last report until it
+reports again, so a part larger than that is published only from what the others' parts (the
+larger of the one each read and the one now published for it) leave under the queue's rate; the
+rest keep the part they read. The parts the workers run at never add up to more than the rate.
 
 Pure: no I/O, the clock passed in.
 """
@@ -61,6 +65,7 @@ class WorkerView:
     applied: Mapping[str, int] = field(default_factory=dict)  # the caps it enforced at its last report
     published: Mapping[str, int] = field(default_factory=dict)  # the caps in its row now
     read: Mapping[str, int] = field(default_factory=dict)  # the caps it read at its last report
+    read_rates: Mapping[str, float] = field(default_factory=dict)  # the rate parts it read (and applied) then
 
     def committed(self, queue: str) -> int:
         """What it may run of the queue before it reports again: what it holds, the caps it
@@ -132,6 +137,10 @@ class ClusterPlanner:
                 if rate is not None:
                     share = bursts[i] / burst if total_cap else 1 / len(ws)
                     rates[w.worker][queue] = rate * share
+        for queue, ws in serving.items():
+            rate = limits[queue].rate_limit
+            if rate is not None and ws:
+                _rates_within(rate, queue, ws, rates)
         caps = self._reduce_before_grant(global_max, limits, workers, desired)
         floors = {w: {q: min(f, caps[w].get(q, 0)) for q, f in fs.items()} for w, fs in floors.items()}
         return ClusterPlan(caps, floors, rates, targets, global_max)
@@ -244,6 +253,30 @@ def _grant_in_rounds(increases: Sequence[_Increase], budget: int) -> None:
         entry.cap += min(entry.want - entry.cap, rounds)
     for entry in order[: budget - spent]:
         entry.cap += 1
+
+
+def _rates_within(rate: float, queue: str, workers: Sequence[WorkerView], rates: dict[str, dict[str, float]]) -> None:
+    """Reduce before grant for ``queue``'s rate parts in ``rates`` (worker -> queue -> part, the
+    parts planned): a worker runs at the part it read at its last report until it reports again,
+    and then at the part published now. A part at or under the one read is published as planned (it
+    lowers nothing the sum counts); a larger one only if the sum of what every worker may run at
+    (the larger of its part read and its part published) stays within ``rate``, the largest
+    increase first (ties by worker); one that does not fit keeps the part read until a later plan,
+    after the others have read their cuts."""
+    read = {w.worker: max(float(w.read_rates.get(queue, 0.0)), 0.0) for w in workers}
+    planned = {w.worker: rates[w.worker][queue] for w in workers}
+    published = {worker: min(part, read[worker]) for worker, part in planned.items()}
+    left = rate - sum(max(read[worker], part) for worker, part in published.items())
+    rising = sorted((w for w in planned if planned[w] > read[w]), key=lambda w: (read[w] - planned[w], w))
+    for worker in rising:
+        more = planned[worker] - read[worker]
+        if more <= left + 1e-9 * max(rate, 1.0):
+            published[worker] = planned[worker]
+            left -= more
+        else:  # not yet: what it runs at now, never more
+            published[worker] = read[worker]
+    for worker, part in published.items():
+        rates[worker][queue] = part
 
 
 def _split(target: int, workers: Sequence[WorkerView], queue: str) -> dict[str, int]:

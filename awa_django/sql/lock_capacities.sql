@@ -13,7 +13,7 @@ SELECT c.instance_id, c.use, c.applied, c.caps, c.global_max_workers,
            FROM awa_worker_instance AS w
            WHERE w.instance_id = c.instance_id
        )) AS live,
-       c.read
+       c.read, c.read_rates
 FROM awa_worker_capacity AS c
 ORDER BY c.instance_id
 FOR UPDATE OF c

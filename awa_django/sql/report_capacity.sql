@@ -7,8 +7,10 @@
 --   UPDATE) this waits, then reads the newly published caps: a worker never applies caps older
 --   than the ones the leader counted it as able to apply. `read` keeps the caps returned here
 --   (the row's caps before this update), which the worker applies next: until its next report the
---   leader counts them as committed, even if it publishes lower ones meanwhile. `leased` is
---   evaluated on the database clock, like the lease itself.
+--   leader counts them as committed, even if it publishes lower ones meanwhile. `read_rates`
+--   keeps the rate parts returned here when they are leased (the worker applies only those; an
+--   expired lease leaves it on the parts it read before), so the leader counts each worker at the
+--   part it runs at. `leased` is evaluated on the database clock, like the lease itself.
 INSERT INTO awa_worker_capacity AS c
     (instance_id, use, applied, global_max_workers, caps, read, floors, rates, reported_at)
 VALUES
@@ -17,6 +19,7 @@ VALUES
 ON CONFLICT (instance_id) DO UPDATE
 SET use = excluded.use,
     read = c.caps,
+    read_rates = CASE WHEN c.lease_until IS NOT NULL AND c.lease_until > now() THEN c.rates ELSE c.read_rates END,
     applied = excluded.applied,
     global_max_workers = excluded.global_max_workers,
     reported_at = excluded.reported_at

@@ -163,6 +163,7 @@ class ClusterLeader:
                         applied={q: int(n) for q, n in (row["applied"] or {}).items()},
                         published={q: int(n) for q, n in (row["caps"] or {}).items()},
                         read={q: int(n) for q, n in (row["read"] or {}).items()},
+                        read_rates={q: float(r) for q, r in (row["read_rates"] or {}).items()},
                     )
                 )
             plan = self.planner.plan(global_max, limits, views, now=time.monotonic())

@@ -184,16 +184,21 @@ class QueueRunner:
         config = self._config
         if config.rate_limit is None or self._bucket is None:
             return
-        share = max(rate, 0.01)  # a worker with no part gets no cap either; keep the bucket valid
+        now = time.monotonic()
+        share = max(rate, 0.01)  # a bucket needs a rate: no part is 0.01/s, emptied at every plan
         # Its part of the burst in force (0: ceil(rate_limit)), never its own ceil of its share: the
         # leader gives the rate in whole parts of the burst, which add up to it (cluster.py).
         host_burst = config.rate_burst or math.ceil(config.rate_limit)
         burst = max(1, math.ceil(host_burst * share / config.rate_limit - 1e-9))
         if abs(self._bucket.max_rate - share) > 1e-9:
-            self._bucket.reconfigure(share, burst, now=time.monotonic())
+            self._bucket.reconfigure(share, burst, now=now)
             # A runner out of tokens sleeps until the old rate's next token: 100 s at the 0.01/s of
             # a bucket still waiting for its first part. The new rate may earn one sooner.
             self.wake()
+        if rate <= 0:
+            # No part (the others' cuts not yet read, or a burst smaller than the workers): no
+            # token while the leader plans, not one every 100 s beside the parts that add up.
+            self._bucket.take(self._bucket.available(now), now)
 
     def demand(self) -> int:
         """What it asks of the cluster: ``wanted`` while it has backlog, is not paused and has a rate

@@ -387,3 +387,28 @@ def test_cluster__a_runner_without_a_rate_token_reports_no_demand_even_when_just
             demand, tokens, wanted = on_loop(worker, nudged)
             assert (tokens, wanted) == (0, 4)
             assert demand == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cluster__a_worker_with_no_part_of_the_rate_has_no_token_after_a_plan() -> None:
+    """A part of 0 (its increase waits for the others' cuts, or the burst has fewer parts than there
+    are workers) is a bucket of 0.01/s: left alone it earned a token every 100 s beside parts that
+    already add up to the rate. Each plan that gives it no part empties it."""
+    from awa_django.worker.election import LEADER_LOCK
+    from tests.conftest import connect_outside_django
+
+    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
+    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
+    with connect_outside_django() as leader:  # the test plays the leader's part
+        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
+        with running_worker(config) as worker:
+            runner = worker.runners["R"]
+
+            def earned_then_planned() -> tuple[int, int]:
+                held = bucket(worker)
+                held.refund(1)  # the token 100 s at 0.01/s would have earned
+                earned = held.available(time.monotonic())
+                runner.set_rate_share(0.0)
+                return earned, held.available(time.monotonic())
+
+            assert on_loop(worker, earned_then_planned) == (1, 0)
