@@ -141,8 +141,10 @@ def rollup_bounds(
     start = min(start, current)
     stop = min(start + catch_up_minutes * MINUTE, current + MINUTE)
     final_before = _minute(now - timedelta(seconds=grace))  # a minute ended `grace` ago is final
-    if open_since is not None:  # an open transaction can still commit jobs stamped open_since
-        final_before = min(final_before, max(_minute(open_since), _minute(now - timedelta(seconds=open_max))))
+    # An open transaction can still commit jobs stamped open_since; one older than open_max is
+    # passed over (read_open_transactions: xact_start before now - open_max), as if it were not open.
+    if open_since is not None and open_since >= now - timedelta(seconds=open_max):
+        final_before = min(final_before, _minute(open_since))
     closed = max(min(final_before, stop), start)
     return RollupBounds(start, stop, closed, expired, catching_up=stop <= current)
 
