@@ -117,13 +117,17 @@ def test_rollup__a_session_idle_in_transaction_past_the_bound__holds_nothing_and
     assert within.passed_over is None
     assert within.closed_through <= since
 
-    later = since + limit + 5 * MINUTE
-    rounds = [caught_up(later)[-1], caught_up(later + timedelta(seconds=10))[-1]]
-    for bounds in rounds:  # past the bound: the watermark moves on to the minutes that are final
+    # 25 s into a minute: the second round, 10 s on, is past that minute's grace and closes one
+    # more minute than the first. Each round is judged against its own clock (the test once
+    # expected the first's for both, and failed whenever `since` fell 20 to 30 s into a minute).
+    later = (since + limit + 5 * MINUTE).replace(second=25, microsecond=0)
+    times = [later, later + timedelta(seconds=10)]
+    rounds = [caught_up(at)[-1] for at in times]
+    for at, bounds in zip(times, rounds, strict=True):  # past the bound: the final minutes close
         assert bounds.passed_over is not None and bounds.passed_over.pid == idle_session.info.backend_pid
         assert bounds.passed_over.state == "idle in transaction"
         assert bounds.oldest_open is None
-        assert bounds.closed_through == (later - timedelta(seconds=defaults.HISTORY_GRACE)).replace(
+        assert bounds.closed_through == (at - timedelta(seconds=defaults.HISTORY_GRACE)).replace(
             second=0, microsecond=0
         )
 
