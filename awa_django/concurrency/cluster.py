@@ -137,9 +137,7 @@ class ClusterPlanner:
                 if rate is not None:
                     share = bursts[i] / burst if total_cap else 1 / len(ws)
                     rates[w.worker][queue] = rate * share
-        for queue, ws in serving.items():
-            rate = limits[queue].rate_limit
-            if rate is not None and ws:
+            if rate is not None:
                 _rates_within(rate, queue, ws, rates)
         caps = self._reduce_before_grant(global_max, limits, workers, desired)
         floors = {w: {q: min(f, caps[w].get(q, 0)) for q, f in fs.items()} for w, fs in floors.items()}

@@ -108,7 +108,7 @@ class _Grant:
     before overflow). Positions read are made into `Permit`s once (``made``); ``gone`` holds the
     disjoint, sorted ranges released in bulk, every position in them released."""
 
-    __slots__ = ("gone", "made", "many", "one", "parts", "queue", "size")
+    __slots__ = ("give_back", "gone", "made", "many", "parts", "queue", "size")
 
     def __init__(
         self,
@@ -118,7 +118,8 @@ class _Grant:
         many: GiveBackMany,
     ) -> None:
         self.queue = queue
-        self.one = one
+        # One give-back per kind, shared by every permit of that kind: not a closure per permit read.
+        self.give_back = {kind: one(kind) for kind, count in parts if count}
         self.many = many
         self.parts: list[tuple[PermitKind, int, int]] = []
         start = 0
@@ -143,7 +144,7 @@ class _Grant:
         permit = self.made.get(index)
         if permit is None:
             kind = self.kind(index)
-            permit = self.made[index] = Permit(self.queue, kind, self.one(kind))
+            permit = self.made[index] = Permit(self.queue, kind, self.give_back[kind])
             if self.is_gone(index):
                 permit._released = True  # released in bulk before anyone read it
         return permit
