@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,14 @@ from awa_django.registry import Registry
 from awa_django.worker import QueueConfig, Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_now() -> datetime:
+    """The database's clock (``now()`` of a statement of its own on the test's connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        moment: datetime = cursor.fetchone()[0]
+    return moment
 
 
 def make_config(queues: dict[str, QueueConfig] | list[str], **overrides: Any) -> WorkerConfig:

@@ -7,17 +7,17 @@ and the cancelled job is never counted, while the rows say it was cancelled."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import connection
 from django.db.models import Sum
 
 from awa_django.models import HistoryMinute, Job, JobState
 from awa_django.services import jobs as job_services
 from awa_django.worker.history import RollupBounds, roll_up_history
 from tests.conftest import connection_params
+from tests.harness import database_now
 
 
 def _round() -> RollupBounds:
@@ -33,20 +33,13 @@ def _caught_up() -> None:
         pass
 
 
-def _database_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        moment: datetime = cursor.fetchone()[0]
-    return moment
-
-
 @pytest.mark.django_db(transaction=True)
 def test_cancel__app_clock_behind_the_database__the_cancelled_job_is_counted_in_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job_id = Job.objects.enqueue("cancel_clock", {}, queue="cancel_clock").id
     _caught_up()  # every minute ended more than the grace ago is final
-    behind = _database_now() - timedelta(minutes=3)  # a web server whose clock runs 3 minutes slow
+    behind = database_now() - timedelta(minutes=3)  # a web server whose clock runs 3 minutes slow
     monkeypatch.setattr("django.utils.timezone.now", lambda: behind)
     assert job_services.cancel_jobs([job_id]) == 1
     _caught_up()

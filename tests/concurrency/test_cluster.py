@@ -10,10 +10,8 @@ capacity committed by the plan never does either.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 
 from awa_django.concurrency import QueueLimits, cluster
 from awa_django.concurrency.cluster import ClusterPlanner, QueueUse, WorkerView
+from tests.concurrency.linecount import lines_run
 
 
 @dataclass
@@ -252,23 +251,12 @@ def _lines_run(maximum: int) -> int:
     limits = {"a": QueueLimits(max_workers=maximum), "b": QueueLimits(max_workers=maximum)}
     workers = [WorkerView("w1", {"a": QueueUse(0, maximum)}), WorkerView("w2", {"a": QueueUse(1, 1), "b": QueueUse()})]
     desired = {"w1": {"a": maximum - 1}, "w2": {"a": 1, "b": maximum}}
-    count = 0
 
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal count
-        if frame.f_code.co_filename != cluster.__file__:
-            return None
-        if event == "line":
-            count += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
+    def both_modes() -> None:
         ClusterPlanner._reduce_before_grant(maximum, limits, workers, desired)
         ClusterPlanner._reduce_before_grant(None, limits, workers, desired)
-    finally:
-        sys.settrace(None)
-    return count
+
+    return lines_run(cluster.__file__, both_modes)
 
 
 def test_reduce_before_grant__work_does_not_grow_with_the_maximum() -> None:

@@ -4,10 +4,7 @@ release per permit did (the reference), and its cost must not grow with the maxi
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
-from types import FrameType
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +12,7 @@ from hypothesis import strategies as st
 
 from awa_django.concurrency import Allocator, Permit, PermitKind, Permits, QueueLimits, held_before, release_all
 from awa_django.concurrency import permits as permits_module
+from tests.concurrency.linecount import lines_run
 
 HUGE = (10**6, 2**31 - 1)
 
@@ -198,25 +196,14 @@ def _lines_run(global_max: int) -> int:
     as the global maximum allows, fill three permits, give back the rest, release the three.
     An operation count, the same on every machine (a time would not be)."""
     alloc = Allocator.weighted(global_max, {"a": QueueLimits(min_workers=1), "b": QueueLimits(weight=3)})
-    package = permits_module.__file__.rsplit("/", 1)[0]
-    count = 0
 
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal count
-        if not frame.f_code.co_filename.startswith(package):
-            return None
-        if event == "line":
-            count += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
+    def claim() -> None:
         permits = alloc.reserve("a", global_max)
         jobs = [permits[i] for i in range(3)]
         release_all(permits[3:])
         release_all(jobs)
-    finally:
-        sys.settrace(None)
+
+    count = lines_run(permits_module.__file__.rsplit("/", 1)[0], claim)
     assert alloc.total_in_flight == 0
     return count
 

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from awa_django.models import Job, Schedule, WorkerInstance
 from awa_django.services.schedules import pause_schedules, resume_schedules, run_schedules_now, save_schedule
-from tests.harness import ROOT, wait_until, worker_env
+from tests.harness import ROOT, database_now, wait_until, worker_env
 from tests.worker.support import Spawner
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,13 +33,6 @@ def spawn(tmp_path: object, transactional_db: None) -> Iterator[Spawner]:
         yield spawner
     finally:
         spawner.reap()
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        (now,) = cursor.fetchone()
-    return now  # type: ignore[no-any-return]
 
 
 def fired(name: str) -> list[Job]:
@@ -68,7 +60,7 @@ def test_per_second_schedule__fires_each_second_within_a_second(spawn: Spawner) 
     per_second("tick")
     worker = spawn(*WORKER_ARGS)
     wait_for_fires("tick", 1)
-    start = db_now()
+    start = database_now()
     jobs = wait_until(
         lambda: (
             [j for j in fired("tick") if slot(j) > start][:6]
@@ -102,7 +94,7 @@ def test_two_workers__each_slot_fires_exactly_once_through_a_forced_leader_chang
     (survivor,) = [w for w in workers if w is not leader]
     leader.process.kill()  # no goodbye: Postgres drops its advisory lock when its session dies
     leader.wait_exit()
-    killed_at = db_now()
+    killed_at = database_now()
     wait_until(
         lambda: sum(1 for j in fired("tick") if slot(j) > killed_at + 3 * SECOND) >= 2,
         30,
@@ -129,7 +121,7 @@ def first_round(name: str) -> list[Job]:
 
 
 def test_missed_slots_after_workers_were_down__coalesce_fires_one_catch_up_fires_each(spawn: Spawner) -> None:
-    down_since = db_now().replace(microsecond=0) - 20 * SECOND  # no worker ran for the last 20 s
+    down_since = database_now().replace(microsecond=0) - 20 * SECOND  # no worker ran for the last 20 s
     cases: dict[str, dict[str, Any]] = {
         "coalesced": {"missed": "coalesce"},
         "caught_up": {"missed": "catch_up"},
@@ -163,7 +155,7 @@ def test_pause_resume_and_run_now(spawn: Spawner) -> None:
     worker = spawn(*WORKER_ARGS)
     wait_for_fires("tick", 2)
     assert pause_schedules(["tick"]) == 1
-    paused_at = db_now()
+    paused_at = database_now()
     before = len(fired("tick"))
     paused = Schedule.objects.get(pk=schedule.pk)
 
@@ -173,11 +165,11 @@ def test_pause_resume_and_run_now(spawn: Spawner) -> None:
     after_run_now = Schedule.objects.get(pk=schedule.pk)
     assert (after_run_now.next_fire_at, after_run_now.last_fire_at) == (paused.next_fire_at, paused.last_fire_at)
     # Three slots pass while paused (measured on the database clock): none fires.
-    wait_until(lambda: db_now() > paused_at + 3 * SECOND, 10, 0.1, "three seconds of pause")
+    wait_until(lambda: database_now() > paused_at + 3 * SECOND, 10, 0.1, "three seconds of pause")
     assert len(fired("tick")) == before
 
     assert resume_schedules(["tick"]) == 1
-    resumed_at = db_now()
+    resumed_at = database_now()
     wait_until(lambda: any(slot(j) > resumed_at for j in fired("tick")), 30, 0.1, "a fire after resume")
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log[-3000:]

@@ -12,15 +12,18 @@ import contextlib
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connection
 
 from awa_django.concurrency.rate import TokenBucket
-from awa_django.models import ClusterSettings, Queue, WorkerCapacity
+from awa_django.models import ClusterSettings, Job, Queue, WorkerCapacity
 from awa_django.worker import QueueConfig
-from tests.harness import make_config, running_worker, wait_until
+from awa_django.worker.election import LEADER_LOCK
+from tests.conftest import connect_outside_django
+from tests.harness import database_now, make_config, running_worker, wait_until
 from tests.weighted.support import Sampler, between, contended, time_weighted_mean
 from tests.worker.support import Spawner, on_loop
 
@@ -46,8 +49,6 @@ def _cluster(spawn: Spawner, *, global_max: int = GLOBAL) -> list:
 
 def _sleep_jobs(queue: str, count: int, seconds: float = 0.1) -> float:
     from django.db import transaction
-
-    from awa_django.models import Job
 
     with transaction.atomic():
         Job.objects.enqueue_many([{"kind": "sleep", "queue": queue, "args": {"seconds": seconds}}] * count)
@@ -150,9 +151,6 @@ def first_key(worker: object) -> Any:
 
 @pytest.mark.slow
 def test_cluster__rate_limit_holds_for_all_workers_together(spawn: Spawner) -> None:
-    from django.db import connection
-
-    from awa_django.models import Job
 
     Queue.objects.create(name="R", rate_limit=5.0)
     args = ["-q", "R", "--capacity-scope", "cluster", *FAST]
@@ -274,17 +272,23 @@ class BucketWatch:
         self._thread.join(5)
 
 
-def database_now() -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
-
-
 def bucket(worker: Any) -> TokenBucket:
     """Queue R's rate bucket in ``worker`` (R has a rate limit from the worker's start)."""
     found = worker.runners["R"]._bucket
     assert found is not None
     return found
+
+
+@contextlib.contextmanager
+def worker_without_a_plan() -> Iterator[tuple[Any, Any]]:
+    """One worker in cluster scope serving R (at most 4, 2 jobs/s) while the test holds the
+    leader's lock: no plan, so no part of the rate, until the test lets it go (``leader``)."""
+    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
+    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
+    with connect_outside_django() as leader:
+        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
+        with running_worker(config) as worker:
+            yield worker, leader
 
 
 def each_worker_holds(workers: list[Any], rate: float) -> bool:
@@ -340,27 +344,19 @@ def test_cluster__a_runner_out_of_tokens_before_its_rate_part__claims_once_the_p
     a runner that looked then (a job waiting, no token) slept until that bucket's next token, 100 s,
     and the part that came meanwhile did not wake it. With three workers, one of them started
     nothing for the test's whole window (test_cluster__rate_limit_holds_for_all_workers_together)."""
-    from awa_django.models import Job
-    from awa_django.worker.election import LEADER_LOCK
-    from tests.conftest import connect_outside_django
-
-    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
-    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
-    with connect_outside_django() as leader:  # no plan, so no part of the rate, while it holds the lock
-        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
-        with running_worker(config) as worker:
-            job = Job.objects.enqueue("noop", queue="R")
-            # The runner looked at the job and found no token (it stood down: no demand recorded).
-            runner, allocator = worker.runners["R"], worker.allocator
-            wait_until(
-                lambda: on_loop(worker, lambda: runner.hungry and allocator.demand("R") == 0),
-                what="the runner out of tokens",
-            )
-            assert bucket(worker).max_rate == pytest.approx(0.01)
-            leader.execute("SELECT pg_advisory_unlock(%s, %s)", LEADER_LOCK)
-            wait_until(lambda: bucket(worker).max_rate == pytest.approx(2.0), what="the worker's part of 2/s")
-            # A token within a second at 2/s: the job starts then, not after the old bucket's 100 s.
-            wait_until(lambda: Job.objects.filter(pk=job.pk, state="completed").exists(), 10, what="the job run")
+    with worker_without_a_plan() as (worker, leader):
+        job = Job.objects.enqueue("noop", queue="R")
+        # The runner looked at the job and found no token (it stood down: no demand recorded).
+        runner, allocator = worker.runners["R"], worker.allocator
+        wait_until(
+            lambda: on_loop(worker, lambda: runner.hungry and allocator.demand("R") == 0),
+            what="the runner out of tokens",
+        )
+        assert bucket(worker).max_rate == pytest.approx(0.01)
+        leader.execute("SELECT pg_advisory_unlock(%s, %s)", LEADER_LOCK)
+        wait_until(lambda: bucket(worker).max_rate == pytest.approx(2.0), what="the worker's part of 2/s")
+        # A token within a second at 2/s: the job starts then, not after the old bucket's 100 s.
+        wait_until(lambda: Job.objects.filter(pk=job.pk, state="completed").exists(), 10, what="the job run")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -370,23 +366,16 @@ def test_cluster__a_runner_without_a_rate_token_reports_no_demand_even_when_just
     found no token and stood down: a plan that read it then gave one worker the whole rate, the
     next split it again, and a worker that read its new part before the other read its cut ran
     beside it at 3/s together under 2/s (test_cluster__a_rate_limit_set_live_holds_...)."""
-    from awa_django.worker.election import LEADER_LOCK
-    from tests.conftest import connect_outside_django
+    with worker_without_a_plan() as (worker, _):
+        runner = worker.runners["R"]
 
-    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
-    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
-    with connect_outside_django() as leader:  # no plan: the bucket stays withheld, with no token
-        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
-        with running_worker(config) as worker:
-            runner = worker.runners["R"]
+        def nudged() -> tuple[int, int, int]:
+            runner.nudge()  # hungry now, until its poll looks (after this call, on the same loop)
+            return runner.demand(), bucket(worker).available(time.monotonic()), runner.wanted
 
-            def nudged() -> tuple[int, int, int]:
-                runner.nudge()  # hungry now, until its poll looks (after this call, on the same loop)
-                return runner.demand(), bucket(worker).available(time.monotonic()), runner.wanted
-
-            demand, tokens, wanted = on_loop(worker, nudged)
-            assert (tokens, wanted) == (0, 4)
-            assert demand == 0
+        demand, tokens, wanted = on_loop(worker, nudged)
+        assert (tokens, wanted) == (0, 4)
+        assert demand == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -394,21 +383,14 @@ def test_cluster__a_worker_with_no_part_of_the_rate_has_no_token_after_a_plan() 
     """A part of 0 (its increase waits for the others' cuts, or the burst has fewer parts than there
     are workers) is a bucket of 0.01/s: left alone it earned a token every 100 s beside parts that
     already add up to the rate. Each plan that gives it no part empties it."""
-    from awa_django.worker.election import LEADER_LOCK
-    from tests.conftest import connect_outside_django
+    with worker_without_a_plan() as (worker, _):
+        runner = worker.runners["R"]
 
-    Queue.objects.create(name="R", max_workers=4, rate_limit=2.0)
-    config = make_config({"R": QueueConfig("R", max_workers=4, rate_limit=2.0)}, capacity_scope="cluster")
-    with connect_outside_django() as leader:  # the test plays the leader's part
-        assert leader.execute("SELECT pg_try_advisory_lock(%s, %s)", LEADER_LOCK).fetchone() == (True,)
-        with running_worker(config) as worker:
-            runner = worker.runners["R"]
+        def earned_then_planned() -> tuple[int, int]:
+            held = bucket(worker)
+            held.refund(1)  # the token 100 s at 0.01/s would have earned
+            earned = held.available(time.monotonic())
+            runner.set_rate_share(0.0)
+            return earned, held.available(time.monotonic())
 
-            def earned_then_planned() -> tuple[int, int]:
-                held = bucket(worker)
-                held.refund(1)  # the token 100 s at 0.01/s would have earned
-                earned = held.available(time.monotonic())
-                runner.set_rate_share(0.0)
-                return earned, held.available(time.monotonic())
-
-            assert on_loop(worker, earned_then_planned) == (1, 0)
+        assert on_loop(worker, earned_then_planned) == (1, 0)

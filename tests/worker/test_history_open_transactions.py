@@ -27,6 +27,7 @@ from awa_django.registry import JobHandler, registry
 from awa_django.testing import run_jobs
 from awa_django.worker.history import OpenTransactionLog, RollupBounds, roll_up_history
 from tests.conftest import connection_params
+from tests.harness import database_now
 
 KIND = "history.long_atomic"
 MINUTE = timedelta(minutes=1)
@@ -64,19 +65,12 @@ def counted(kind: str) -> int:
     return int(total or 0)
 
 
-def transaction_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        moment: datetime = cursor.fetchone()[0]
-    return moment
-
-
 @pytest.mark.django_db(transaction=True)
 def test_rollup__atomic_handler_commits_after_its_minute_would_be_final__its_job_is_counted_once(
     atomic_kind: str,
 ) -> None:
     with transaction.atomic():
-        started = transaction_now()  # the transaction's start: what its completion stamps
+        started = database_now()  # the transaction's start: what its completion stamps
         job = Job.objects.enqueue(atomic_kind)
         run_jobs(kind=atomic_kind)  # the atomic handler and its completion, in this open transaction
         job.refresh_from_db()
@@ -143,7 +137,7 @@ def test_rollup__a_session_idle_in_transaction_past_the_bound__holds_nothing_and
 
 @pytest.mark.django_db(transaction=True)
 def test_rollup__no_other_transaction_open__the_rounds_own_holds_nothing() -> None:
-    now = transaction_now() + 3 * MINUTE
+    now = database_now() + 3 * MINUTE
     bounds = caught_up(now)[-1]
     assert (bounds.oldest_open, bounds.passed_over) == (None, None)
     assert bounds.closed_through == (now - timedelta(seconds=defaults.HISTORY_GRACE)).replace(second=0, microsecond=0)
